@@ -1,0 +1,156 @@
+"""The float64 oracle vs an independent naive loop, and vs formats.dequantize_host (no numba)."""
+
+from __future__ import annotations
+
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numba_nbits import formats as fm
+from numba_nbits import reference as ref
+
+
+def _problem(rng, *, N, K, bits, bs, zp_kind, dtype=np.float32, g_idx=False, bias=False):
+    kb = -(-K // bs)
+    q = rng.integers(0, 1 << bits, (N, K))
+    B = fm.pack_codes(q, bits, bs, pad_code=int(rng.integers(0, 1 << bits)))
+    scales = rng.uniform(-1.0, 1.0, (N, kb)).astype(dtype)
+    if zp_kind == "none":
+        zp = None
+    elif zp_kind == "packed":
+        zp = fm.pack_zero_points(rng.integers(0, 1 << bits, (N, kb)), bits)
+    elif zp_kind == "packed_flat":
+        zp = fm.pack_zero_points(rng.integers(0, 1 << bits, (N, kb)), bits).reshape(-1)
+    else:  # typed, fractional
+        zp = (rng.integers(0, 4 << bits, (N, kb)) / 4.0).astype(dtype)
+    g = rng.integers(0, kb, kb * bs).astype(np.int32) if g_idx else None
+    b = rng.standard_normal(N).astype(dtype) if bias else None
+    return q, B, scales, zp, g, b
+
+
+CASES = [
+    # N, K, bits, bs, zp_kind, g_idx, bias, A lead shape
+    (3, 5, 4, 16, "none", False, False, (2,)),
+    (5, 37, 4, 16, "packed", False, True, (3,)),
+    (4, 33, 2, 16, "packed", True, False, (2, 2)),
+    (2, 70, 8, 32, "typed", False, True, (1,)),
+    (7, 19, 2, 16, "typed", True, True, (2, 1)),
+    (3, 64, 8, 64, "packed_flat", True, False, (4,)),
+    (6, 45, 4, 32, "typed", True, True, (2, 3)),
+    (1, 16, 2, 16, "none", False, True, (5,)),
+    (4, 130, 4, 128, "packed", False, False, (0,)),  # M = 0
+    (3, 23, 8, 16, "none", True, True, (2, 0)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("N,K,bits,bs,zp_kind,use_g,use_bias,lead", CASES)
+def test_oracle_matches_naive_loop(N, K, bits, bs, zp_kind, use_g, use_bias, lead, dtype):
+    rng = np.random.default_rng(zlib.crc32(repr((N, K, bits, bs, zp_kind)).encode()))
+    q, B, s, zp, g, b = _problem(rng, N=N, K=K, bits=bits, bs=bs, zp_kind=zp_kind, dtype=dtype,
+                                 g_idx=use_g, bias=use_bias)
+    A = rng.standard_normal(lead + (K,)).astype(dtype)
+    kw = dict(K=K, N=N, bits=bits, block_size=bs)
+    y = ref.matmul_nbits_ref(A, B, s, zp, g, b, **kw)
+    assert y.dtype == np.float64 and y.shape == lead + (N,)
+    y_naive = ref.naive_matmul_nbits(A, B, s, zp, g, b, **kw)
+    assert y_naive.shape == y.shape
+    np.testing.assert_allclose(y, y_naive, rtol=1e-12, atol=1e-12)
+    # the oracle's weights vs formats' host dequantization (float32 compute, rounded once)
+    w = ref.dequantize_ref(B, s, zp, g, **kw)
+    w_host = fm.dequantize_host(B, s, zp, g, **kw)
+    assert w_host.dtype == np.dtype(dtype)
+    assert np.array_equal(w_host, w.astype(np.float32).astype(dtype))
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_dequantize_ref_formula(bits):
+    rng = np.random.default_rng(bits)
+    N, K, bs = 4, 50, 16
+    q, B, s, zp, g, _ = _problem(rng, N=N, K=K, bits=bits, bs=bs, zp_kind="packed", g_idx=True)
+    zpi = fm.unpack_zero_points(zp, 4, bits).astype(np.float64)
+    gk = g[:K]
+    expected = (q - zpi[:, gk]) * s.astype(np.float64)[:, gk]
+    w = ref.dequantize_ref(B, s.reshape(-1), zp, g[:K], K=K, N=N, bits=bits, block_size=bs)
+    assert np.array_equal(w, expected)
+    # no g_idx: natural blocks, default zero point
+    w0 = ref.dequantize_ref(B, s, None, K=K, N=N, bits=bits, block_size=bs)
+    gb = np.arange(K) // bs
+    assert np.array_equal(w0, (q - (1 << (bits - 1))) * s.astype(np.float64)[:, gb])
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_one_hot_rows_reproduce_weights(bits, dtype):
+    rng = np.random.default_rng(7 + bits)
+    N, K, bs = 9, 93, 32
+    W = rng.standard_normal((N, K)).astype(dtype)
+    B, s, zp = fm.quantize(W, bits, bs, symmetric=(bits != 8))
+    w = ref.dequantize_ref(B, s, zp, K=K, N=N, bits=bits, block_size=bs)
+    A = np.eye(K, dtype=dtype)
+    y = ref.matmul_nbits_ref(A, B, s, zp, K=K, N=N, bits=bits, block_size=bs)
+    assert np.array_equal(y, w.T)
+    # and the quantizer is within one step of W
+    step = np.repeat(np.abs(s.astype(np.float64)), bs, axis=1)[:, :K]
+    assert np.all(np.abs(w - W.astype(np.float64)) <= step * 1.0001)
+
+
+def test_rank_and_shape_errors():
+    rng = np.random.default_rng(0)
+    _, B, s, _, _, _ = _problem(rng, N=2, K=20, bits=4, bs=16, zp_kind="none")
+    kw = dict(K=20, N=2, bits=4, block_size=16)
+    with pytest.raises(ValueError, match="A must have rank >= 2"):
+        ref.matmul_nbits_ref(np.zeros(20, np.float32), B, s, **kw)
+    with pytest.raises(ValueError, match="A's last dim must equal K=20"):
+        ref.matmul_nbits_ref(np.zeros((1, 21), np.float32), B, s, **kw)
+    with pytest.raises(ValueError, match=r"bias must have shape \(2,\)"):
+        ref.matmul_nbits_ref(np.zeros((1, 20), np.float32), B, s, bias=np.zeros(3), **kw)
+    with pytest.raises(ValueError, match="B must have shape"):
+        ref.dequantize_ref(B, s, K=40, N=2, bits=4, block_size=16)
+    with pytest.raises(ValueError, match="scales must have shape"):
+        ref.dequantize_ref(B, s[:, :1], **kw)
+    with pytest.raises(ValueError, match="g_idx values must be in"):
+        ref.dequantize_ref(B, s, g_idx=np.full(20, 5, np.int32), **kw)
+    with pytest.raises(ValueError, match="bits should be 2, 4 or 8"):
+        ref.dequantize_ref(B, s, K=20, N=2, bits=3, block_size=16)
+    with pytest.raises(ValueError, match="block_size must be a power of 2"):
+        ref.dequantize_ref(B, s, K=20, N=2, bits=4, block_size=48)
+
+
+def test_relative_error():
+    e = np.array([3.0, 4.0])
+    assert ref.relative_error(e, e) == 0.0
+    assert ref.relative_error(np.array([3.0, 4.5]), e) == pytest.approx(0.1)
+    assert ref.relative_error(np.zeros(2), np.zeros(2)) == 0.0
+    assert np.isnan(ref.relative_error(np.array([np.nan, 4.0]), e))
+    assert ref.relative_error(np.array([np.nan, 4.0]), np.array([np.nan, 4.0])) == 0.0
+    assert ref.relative_error(e.astype(ml_dtypes.bfloat16), e) == 0.0
+    with pytest.raises(ValueError, match="same shape"):
+        ref.relative_error(e, e[:1])
+    assert set(ref.TOLERANCES) == {"float32", "float16", "bfloat16"}
+    assert ref.TOLERANCES["float32"] < ref.TOLERANCES["float16"] < ref.TOLERANCES["bfloat16"]
+
+
+def test_tolerances_hold_for_dtype_rounded_reference():
+    """A result computed in fp32 and rounded once to T sits inside TOLERANCES[T]."""
+    rng = np.random.default_rng(1)
+    N, K, bs = 64, 512, 32
+    W = rng.standard_normal((N, K)).astype(np.float32)
+    for name, dt in (("float32", np.float32), ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        B, s, zp = fm.quantize(W.astype(dt), 4, bs, symmetric=True)
+        A = rng.standard_normal((8, K)).astype(dt)
+        y = ref.matmul_nbits_ref(A, B, s, zp, K=K, N=N, bits=4, block_size=bs)
+        w32 = fm.dequantize_host(B, s, zp, K=K, N=N, bits=4, block_size=bs, dtype=np.float32)
+        y32 = (A.astype(np.float32) @ w32.T).astype(dt)
+        assert ref.relative_error(y32, y) < ref.TOLERANCES[name]
+
+
+def test_modules_do_not_import_numba():
+    import sys
+
+    assert "numba_nbits.formats" in sys.modules and "numba_nbits.reference" in sys.modules
+    for mod in (fm, ref):
+        src = open(mod.__file__).read()
+        assert "import numba" not in src and "from numba" not in src and "os.environ" not in src
