@@ -1,0 +1,104 @@
+"""cuBLAS from Python through nvmath-python's low-level bindings (``nvmath.bindings.cublas``).
+
+One handle per device, created on first use (never while a graph is being captured), with a fixed
+workspace so that no call allocates; the handle is pointed at the caller's stream on every call.
+
+The GEMM of the universal route, row-major ``Y[M, N] = A[M, K] @ W[N, K]^T`` with W the dequantized
+``N x K_padded`` scratch, is the column-major ``Y^T = op_T(W) * A^T``:
+``gemmEx(T, N, m=N, n=M, k=K, W, ldw=K_padded, A, lda=K, Y, ldy)`` with fp32 accumulation
+(``COMPUTE_32F``; ``COMPUTE_32F_FAST_TF32`` for fp32 when TF32 is allowed; ``COMPUTE_16F`` for fp16
+when ``ORT_CUDA_GEMM_OPTIONS`` has bit 0x01, as ORT does). Bits 0x02/0x04 select cuBLAS's
+"disallow reduced-precision reduction" and "pedantic" math modes.
+
+Under numba's CUDA simulator there is no cuBLAS: ``gemm_host`` does the same product in NumPy
+(float32 accumulation, one rounding to the output dtype). It is the only non-kernel stand-in.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommended workspace for Hopper is 32 MiB
+
+_CUDA_R = {"float32": 0, "float16": 2, "bfloat16": 14}
+_OP_N, _OP_T = 0, 1
+_ALGO_DEFAULT = -1
+_ONE = np.ones(1, np.float32)
+_ZERO = np.zeros(1, np.float32)
+_ONE_H = np.ones(1, np.float16)
+_ZERO_H = np.zeros(1, np.float16)
+
+_handles: dict[int, "_Handle"] = {}
+_lock = threading.Lock()
+
+
+class _Handle:
+    def __init__(self, device_id: int):
+        from nvmath.bindings import cublas
+
+        from ..arrays import device_empty
+
+        self.cublas = cublas
+        self.handle = cublas.create()
+        self.workspace = device_empty((WORKSPACE_BYTES,), np.uint8, False)
+        cublas.set_workspace(self.handle, self.workspace.ptr, WORKSPACE_BYTES)
+        self.math_mode = None
+        self.lock = threading.Lock()
+
+
+def handle_for(device_id: int) -> _Handle:
+    """The cuBLAS handle of ``device_id`` (created once; call before any graph capture)."""
+    h = _handles.get(device_id)
+    if h is None:
+        with _lock:
+            h = _handles.get(device_id)
+            if h is None:
+                h = _handles[device_id] = _Handle(device_id)
+    return h
+
+
+def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, a_ptr: int, y_ptr: int, ldy: int,
+         dtype: str, use_tf32: bool, options: int) -> None:
+    """``Y[:M, :N] = A[M, K] @ W[:N, :K]^T`` on ``stream`` (see module docstring)."""
+    cb = h.cublas
+    ct = cb.ComputeType
+    alpha, beta = _ONE, _ZERO
+    if dtype == "float32":
+        compute = ct.COMPUTE_32F_FAST_TF32 if use_tf32 else ct.COMPUTE_32F
+    elif dtype == "float16" and options & 0x01:
+        compute, alpha, beta = ct.COMPUTE_16F, _ONE_H, _ZERO_H
+    else:
+        compute = ct.COMPUTE_32F
+    mode = 0
+    if options & 0x02:
+        mode |= int(cb.Math.DISALLOW_REDUCED_PRECISION_REDUCTION)
+    if options & 0x04:
+        mode |= int(cb.Math.PEDANTIC_MATH)
+    r = _CUDA_R[dtype]
+    with h.lock:  # a handle carries one stream at a time
+        if h.math_mode != mode:
+            cb.set_math_mode(h.handle, mode)
+            h.math_mode = mode
+        cb.set_stream(h.handle, stream)
+        cb.gemm_ex(h.handle, _OP_T, _OP_N, N, M, K, alpha.ctypes.data, w_ptr, r, ldw, a_ptr, r, K,
+                   beta.ctypes.data, y_ptr, r, ldy, int(compute), _ALGO_DEFAULT)
+
+
+def gemm_host(a: np.ndarray, w: np.ndarray, K: int, out: np.ndarray) -> None:
+    """Simulator stand-in for ``gemm``: ``out = A @ W[:, :K]^T`` with float32 accumulation."""
+    a32 = _as_f32(a)
+    w32 = _as_f32(w)[:, :K]
+    res = a32 @ w32.T
+    if out.dtype == np.uint16:  # bf16 bits
+        import ml_dtypes
+
+        out[...] = res.astype(ml_dtypes.bfloat16).view(np.uint16)
+    else:
+        out[...] = res.astype(out.dtype)
+
+
+def _as_f32(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.uint16 or x.dtype.name == "bfloat16":
+        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.float32)

@@ -1,0 +1,154 @@
+"""The spec's CUDA dispatch chain as data: ordered routes, each a list of named guards.
+
+Order (spec §4): fpA_intB mixed GEMM (when enabled and eligible) → the fused GEMV family
+(``TryMatMulNBits``: router, 4-bit, 8-bit, 2-bit; skipped with g_idx or typed zero points) → the same
+GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") → dequantize +
+cuBLAS, chunked along N or whole. Each guard is a pure predicate over ``(Problem, Config)`` with the
+text that explains it; ``select.py`` walks this table, the README's route table and
+``python -m numba_nbits.explain`` print it, and the CPU-only tests assert it.
+
+A route's ``bias`` says how a bias input is served: ``"fused"`` (the kernel adds it), ``"add"``
+(the route runs bias-less and the fp32 bias-add kernel follows, as ORT's retry does).
+
+Decided quirks (spec §4.1 step 6, §2.4):
+* 4-bit M=1 with a block size outside {16, 32, 64, 128} (e.g. 256): ORT throws "block size X is not
+  supported"; we fall back to dequantize + cuBLAS instead, because the operator schema allows
+  block 256 and a correct answer is better than an error.
+* typed zero points with g_idx: ORT's CUDA dequantize ignores g_idx; we honour g_idx (the
+  operator's definition and the oracle's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..config import Config
+from .problem import Problem
+
+
+@dataclass(frozen=True)
+class Guard:
+    name: str
+    text: str  # reads like the spec: "N % 8 == 0"
+    pred: Callable[[Problem, Config], bool]
+
+    def __call__(self, p: Problem, c: Config) -> bool:
+        return bool(self.pred(p, c))
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    family: str  # module under numba_nbits.kernels that builds the plan
+    guards: tuple
+    bias: str  # "fused" | "add"
+    summary: str
+
+    def first_failure(self, p: Problem, c: Config):
+        for g in self.guards:
+            if not g(p, c):
+                return g
+        return None
+
+
+def G(name, text, pred) -> Guard:
+    return Guard(name, text, pred)
+
+
+# ------------------------------------------------------------------------------------- guards
+no_g_idx = G("no_g_idx", "no g_idx (g_idx disables every fused path)", lambda p, c: not p.has_g_idx)
+zp_not_typed = G("zp_not_typed", "zero_points absent or uint8 (typed zero points skip fused paths)",
+                 lambda p, c: p.zero_points != "typed")
+n_mult_8 = G("n_mult_8", "N % 8 == 0", lambda p, c: p.N % 8 == 0)
+k_mult_8 = G("k_mult_8", "K % 8 == 0", lambda p, c: p.K % 8 == 0)
+k_mult_16 = G("k_mult_16", "K % 16 == 0", lambda p, c: p.K % 16 == 0)
+k_mult_block = G("k_mult_block", "K % block_size == 0", lambda p, c: p.K % p.block_size == 0)
+m_positive = G("m_positive", "M >= 1", lambda p, c: p.M >= 1)
+
+
+def bits_is(b):
+    return G(f"bits_{b}", f"bits == {b}", lambda p, c: p.bits == b)
+
+
+def m_at_most(m):
+    return G(f"m_le_{m}", f"M <= {m}", lambda p, c: p.M <= m)
+
+
+def block_in(sizes):
+    s = tuple(sorted(sizes))
+    return G("block_in_" + "_".join(map(str, s)), f"block_size in {{{', '.join(map(str, s))}}}",
+             lambda p, c: p.block_size in s)
+
+
+#: (N, K) shapes served by the router GEMV (spec §5: gpt-oss-20b's router). Add a shape here.
+ROUTER_SHAPES = frozenset({(32, 2880)})
+
+router_shape = G("router_shape", "(N, K) in ROUTER_SHAPES {(32, 2880)}", lambda p, c: (p.N, p.K) in ROUTER_SHAPES)
+router_enabled = G("router_enabled", "ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION unset/0",
+                   lambda p, c: not c.disable_router_gemv)
+no_zero_points = G("no_zero_points", "no zero_points input", lambda p, c: p.zero_points == "none")
+m_is_one = G("m_is_1", "M == 1", lambda p, c: p.M == 1)
+
+
+def _smem_gate_w4(p: Problem, c: Config) -> bool:
+    # TryMatMul4Bits' shared-memory gate: scales (and packed zp) of 8 columns must fit in a block.
+    kb = p.K // p.block_size if p.K % p.block_size == 0 else p.k_blocks
+    need = p.itemsize * kb * 8 + ((kb + 1) // 2 * 8 * 2 if p.zero_points == "packed" else 0)
+    return need <= p.smem_per_block
+
+
+smem_gate_w4 = G("smem_gate_w4", "sizeof(T)*k_blocks*8 (+ packed zp bytes) <= sharedMemPerBlock", _smem_gate_w4)
+
+
+def _smem_gate_w8(p: Problem, c: Config) -> bool:
+    kb = p.k_blocks
+    need = (p.itemsize + (1 if p.zero_points == "packed" else 0)) * kb * 8 + 8 * 4
+    return need <= p.smem_per_block
+
+
+smem_gate_w8 = G("smem_gate_w8", "(sizeof(T) + zp) * k_blocks * 8 + reduce storage <= sharedMemPerBlock",
+                 _smem_gate_w8)
+block_divides_256 = G("block_divides_256", "256 % block_size == 0", lambda p, c: 256 % p.block_size == 0)
+block_divides_512 = G("block_divides_512", "512 % block_size == 0", lambda p, c: 512 % p.block_size == 0)
+fp16_sm53 = G("fp16_sm53", "fp16 needs sm >= 53", lambda p, c: p.dtype != "float16" or p.sm >= 53)
+
+
+def _chunked(p: Problem, c: Config) -> bool:
+    big = p.N * p.K_padded * p.itemsize > c.scratch_limit_bytes and p.N > 2 * c.chunk_size
+    return c.force_chunked or big
+
+
+chunk_rule = G("chunk_rule", "ORT_MATMULNBITS_FORCE_CHUNKED != 0 or (N*K_padded*sizeof(T) > 256 MiB and "
+               "N > 2*ORT_MATMULNBITS_CHUNK_SIZE)", _chunked)
+always = G("always", "always (the universal route)", lambda p, c: True)
+
+FUSED = (no_g_idx, zp_not_typed, n_mult_8, k_mult_8)
+
+# -------------------------------------------------------------------------------------- table
+ROUTES: tuple = (
+    Route("router_gemv", "router", FUSED + (bits_is(4), no_zero_points, m_is_one, block_in({32, 64}), k_mult_block,
+                                            router_shape, router_enabled),
+          "fused", "4-bit MoE-router GEMV, bias fused (spec §5)"),
+    Route("gemv_w4", "gemv_w4", FUSED + (bits_is(4), m_positive, m_at_most(16), block_in({16, 32, 64, 128}),
+                                         smem_gate_w4),
+          "add", "4-bit fused GEMV, M = 1..16 (spec §4.1)"),
+    Route("gemv_w8", "gemv_w8", FUSED + (bits_is(8), m_positive, m_at_most(5), block_divides_256, k_mult_block,
+                                         smem_gate_w8),
+          "add", "8-bit fused GEMV, M = 1..5 (spec §4.2)"),
+    Route("gemv_w2", "gemv_w2", FUSED + (bits_is(2), m_positive, m_at_most(8), k_mult_16, block_divides_512,
+                                         k_mult_block, fp16_sm53),
+          "add", "2-bit fused GEMV, M = 1..8 (spec §4.3)"),
+    Route("dequant_cublas_chunked", "dequant", (no_g_idx, chunk_rule),
+          "add", "dequantize N-chunks into scratch + cuBLAS GEMM per chunk (spec §6)"),
+    Route("dequant_cublas", "dequant", (always,),
+          "add", "dequantize into an N x K_padded scratch + cuBLAS GEMM (spec §6)"),
+)
+
+ROUTE_NAMES = tuple(r.name for r in ROUTES)
+
+
+def route_named(name: str) -> Route:
+    for r in ROUTES:
+        if r.name == name:
+            return r
+    raise ValueError(f"unknown route {name!r}; routes are {', '.join(ROUTE_NAMES)}")

@@ -1,0 +1,65 @@
+"""``select(problem, config) -> Decision``: walk the route table, record why each route was skipped."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..config import Config
+from .problem import Problem
+from .routes import ROUTES, Route, route_named
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The chosen route, how bias is served, and, per skipped route, the guard that rejected it."""
+
+    route: Route
+    bias: str  # "none" | "fused" | "add"
+    reasons: tuple  # ((route name, guard name, guard text), ...) for routes tried before `route`
+    forced: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.route.name
+
+    def explain(self) -> str:
+        """One line per route of the chain: a tick for the chosen one, the rejecting guard for the others."""
+        lines = []
+        rejected = {r: (g, t) for r, g, t in self.reasons}
+        for r in ROUTES:
+            if r.name == self.route.name:
+                extra = {"none": "", "fused": " (bias fused)", "add": " (+ bias-add kernel)"}[self.bias]
+                lines.append(f"  ✔ {r.name:<24} {r.summary}{extra}{' [forced]' if self.forced else ''}")
+                break
+            if r.name in rejected:
+                lines.append(f"  ✘ {r.name:<24} rejected by {rejected[r.name][0]}: needs {rejected[r.name][1]}")
+            else:
+                lines.append(f"  · {r.name:<24} not tried (forced route)")
+        return "\n".join(lines)
+
+
+def select(problem: Problem, config: Config) -> Decision:
+    """The route for ``problem`` under ``config`` (cached per (problem, config))."""
+    return _select(problem, config)
+
+
+@lru_cache(maxsize=4096)
+def _select(problem: Problem, config: Config) -> Decision:
+    if config.force_route:
+        route = route_named(config.force_route)
+        bad = route.first_failure(problem, config)
+        if bad is not None and bad.name != "chunk_rule":  # forcing chunked needs no size rule
+            raise ValueError(f"forced route {route.name!r} cannot serve {problem.describe()}: guard {bad.name} "
+                             f"({bad.text}) fails")
+        return Decision(route, _bias(problem, route), (), forced=True)
+    reasons = []
+    for route in ROUTES:
+        bad = route.first_failure(problem, config)
+        if bad is None:
+            return Decision(route, _bias(problem, route), tuple(reasons))
+        reasons.append((route.name, bad.name, bad.text))
+    raise AssertionError("the universal route accepts every problem")  # pragma: no cover
+
+
+def _bias(problem: Problem, route: Route) -> str:
+    return route.bias if problem.has_bias else "none"

@@ -1,0 +1,167 @@
+"""Dequantize kernels for 2/4/8-bit MatMulNBits weights (the universal route's first step).
+
+Math: ``W[n, k] = (q[n, k] - zp[n, g]) * scale[n, g]`` with ``g = k // block_size`` (or
+``g = g_idx[k]``), computed in float32 and rounded once to the output dtype (spec §3's
+recommendation; within every ORT tolerance).
+
+Layout read: B is ``uint8[N, k_blocks, block_size*bits/8]``; each row is ``K_padded*bits/8`` bytes,
+a multiple of 4, so B is read as uint32 words. A word holds ``32/bits`` consecutive codes of one
+row, low bits first, and never straddles a quantization block (blob sizes are multiples of 4).
+Scales are ``[N, k_blocks]`` in the activation dtype; zero points are absent (default
+``2^(bits-1)``), packed uint8 ``[N, ceil(k_blocks*bits/8)]`` or typed ``[N, k_blocks]``.
+
+Thread mapping: one thread per uint32 word of B, 256 threads per block, 1-D grid over all words;
+the thread writes its ``32/bits`` outputs to ``out[n, k0:k0+32/bits]`` of the ``N x K_padded``
+scratch (padded columns included, as ORT's fallback does; the GEMM reads only the first K).
+Indices are 64-bit, so shapes beyond 2^31 elements are fine.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ..launch import Kernel
+from .dtypes import LOADS, STORES, array_type
+
+THREADS = 256  # one uint32 word per thread; 256 keeps 8 warps per block for latency hiding
+ZP_KINDS = ("none", "packed", "typed")
+
+
+def _make_dequant(bits: int, act: str, zp_kind: str, has_gidx: bool):
+    CODES = 32 // bits
+    MASK = (1 << bits) - 1
+    CPB = 8 // bits  # codes per zero-point byte
+    DEFAULT_ZP = np.float32(1 << (bits - 1))
+    ld = LOADS[act]
+    st = STORES[act]
+    PACKED = zp_kind == "packed"
+    TYPED = zp_kind == "typed"
+
+    def dequant(bw, scales, zp_packed, zp_typed, gidx, out, n_words, row_words, k_blocks, zp_row, block_size):
+        w = np.int64(cuda.blockIdx.x) * THREADS + cuda.threadIdx.x
+        if w >= n_words:
+            return
+        n = w // row_words
+        k0 = (w - n * row_words) * CODES
+        k_pad = row_words * CODES
+        word = np.uint32(bw[w])
+        g = k0 // block_size
+        scale = ld(scales, n * k_blocks + g)
+        zp = DEFAULT_ZP
+        if PACKED:
+            zb = np.uint32(zp_packed[n * zp_row + g // CPB])
+            zp = np.float32((zb >> np.uint32((g % CPB) * bits)) & np.uint32(MASK))
+        if TYPED:
+            zp = ld(zp_typed, n * k_blocks + g)
+        base = n * k_pad + k0
+        for j in range(CODES):
+            q = np.float32((word >> np.uint32(j * bits)) & np.uint32(MASK))
+            if has_gidx:
+                gj = np.int64(gidx[k0 + j])
+                scale = ld(scales, n * k_blocks + gj)
+                if PACKED:
+                    zb = np.uint32(zp_packed[n * zp_row + gj // CPB])
+                    zp = np.float32((zb >> np.uint32((gj % CPB) * bits)) & np.uint32(MASK))
+                if TYPED:
+                    zp = ld(zp_typed, n * k_blocks + gj)
+            st(out, base + j, (q - zp) * scale)
+
+    dequant.__name__ = f"dequant_w{bits}_{act}_{zp_kind}{'_gidx' if has_gidx else ''}"
+    return dequant
+
+
+@lru_cache(maxsize=None)
+def dequant_kernel(bits: int, act: str, zp_kind: str, has_gidx: bool) -> Kernel:
+    """The compiled-on-demand dequantize kernel for one specialisation."""
+    from numba.cuda import types
+
+    argtypes = (array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
+                array_type("int32"), array_type(act)) + (types.int64,) * 5
+    return Kernel(_make_dequant(bits, act, zp_kind, has_gidx), argtypes, fastmath=False)
+
+
+def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, zp_kind, has_gidx,
+                 n_rows, k_blocks, block_size, zp_row):
+    """A ``Launch`` that dequantizes ``n_rows`` rows of B (flat uint32 words) into ``out``.
+
+    All arrays are 1-D ``DevArray`` views; ``zp_packed``/``zp_typed``/``gidx`` may be 1-element
+    placeholders when unused.
+    """
+    row_words = k_blocks * block_size * bits // 32
+    n_words = n_rows * row_words
+    k = dequant_kernel(bits, act, zp_kind, has_gidx)
+    grid = max(1, (n_words + THREADS - 1) // THREADS)
+    return k.bind(grid, THREADS, (b_words, scales, zp_packed, zp_typed, gidx, out, n_words, row_words, k_blocks,
+                                  zp_row, block_size))
+
+
+# ------------------------------------------------------------------------ the universal route
+
+def _flat_views(w, n0: int, rows: int):
+    """(b_words, scales, zp_packed, zp_typed) views of rows [n0, n0+rows) of the node's weights."""
+    row_words = w.K_padded * w.bits // 32
+    kb = w.k_blocks
+    b = w.b_words.offset(n0 * row_words * 4, (rows * row_words,))
+    s = w.scales.offset(n0 * kb * w.scales.itemsize, (rows * kb,))
+    zpp = w.zp_packed.offset(n0 * w.zp_row, (rows * w.zp_row,)) if w.zp_packed is not None else w.dummy(np.uint8)
+    zpt = (w.zp_typed.offset(n0 * kb * w.zp_typed.itemsize, (rows * kb,)) if w.zp_typed is not None
+           else w.dummy(w.np_dtype))
+    return b, s, zpp, zpt
+
+
+class DequantGemmPlan:
+    """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
+
+    The scratch (``rows x K_padded`` in A's dtype, ``rows`` = N or the chunk size) is allocated once
+    per node, at plan build. Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
+    """
+
+    def __init__(self, w, problem, config, route: str, chunked: bool):
+        from ..arrays import device_empty
+
+        self.route = route
+        self.w = w
+        self.M = problem.M
+        self.use_tf32 = bool(config.use_tf32)
+        self.options = int(config.cuda_gemm_options)
+        rows = min(config.chunk_size, w.N) if chunked else w.N
+        self.kernel = dequant_kernel(w.bits, w.dtype, w.zp_kind, w.g_idx is not None).name
+        self.scratch = w.derived(f"scratch_{rows}", lambda: device_empty((rows * w.K_padded,), w.np_dtype,
+                                                                         w.simulated))
+        gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
+        self.chunks = []
+        for n0 in range(0, w.N, rows):
+            n = min(rows, w.N - n0)
+            b, s, zpp, zpt = _flat_views(w, n0, n)
+            out = self.scratch.offset(0, (n * w.K_padded,))
+            launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,
+                                  has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
+                                  block_size=w.block_size, zp_row=w.zp_row)
+            self.chunks.append((n0, n, launch))
+        self.handle = None
+        if not w.simulated:
+            from ..dispatch import cublas
+
+            self.handle = cublas.handle_for(w.device_id)
+
+    def run(self, a, out, stream: int) -> None:
+        w = self.w
+        for n0, n, launch in self.chunks:
+            launch.launch(stream)
+            if self.handle is None:
+                from ..dispatch.cublas import gemm_host
+
+                sc = self.scratch.host_view()[: n * w.K_padded].reshape(n, w.K_padded)
+                gemm_host(a.host_view(), sc, w.K, out.host_view()[:, n0:n0 + n])
+            else:
+                from ..dispatch.cublas import gemm
+
+                gemm(self.handle, stream, a.shape[0], n, w.K, self.scratch.ptr, w.K_padded, a.ptr,
+                     out.ptr + n0 * out.itemsize, w.N, w.dtype, self.use_tf32, self.options)
+
+
+def build(weights, problem, config, route: str = "dequant_cublas"):
+    """Plan of the universal route (``dequant_cublas``) or its chunked form (``dequant_cublas_chunked``)."""
+    return DequantGemmPlan(weights, problem, config, route, chunked=route.endswith("chunked"))

@@ -1,0 +1,166 @@
+"""Extensions that let numba's CUDA simulator run numba_nbits kernels unchanged.
+
+numba-cuda's simulator (``NUMBA_ENABLE_CUDASIM=1``) runs one OS thread per CUDA thread but has no
+warp primitives and cannot execute ``@intrinsic`` functions (our inline PTX). This module supplies:
+
+* faithful warp primitives (``shfl_sync``, ``shfl_up/down/xor_sync``, ``syncwarp``, ``ballot_sync``,
+  ``all_sync``, ``any_sync``, ``activemask``) patched onto the simulator's per-launch
+  ``FakeCUDAModule``: every warp gets one ``threading.Barrier`` per member mask whose parties are the
+  lanes named in the mask and present in the (possibly partial) warp; values are exchanged through
+  two alternating slot tables, so one barrier wait per primitive suffices. Out-of-range or
+  non-member source lanes return the caller's own value, as numba's lowering does.
+* a registry of pure-Python *twins* for the inline-PTX intrinsics of ``kernels/intrinsics.py``.
+  ``intrinsics.py`` picks the twin when the simulator is on; kernels never branch on simulation.
+
+``install()`` is called by the launcher before the first simulated launch; it is idempotent and
+fails loudly if the simulator's private names it relies on have changed.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+_FULL = 0xFFFFFFFF
+#: A lane that never reaches a warp primitive (divergent early return) raises instead of hanging.
+BARRIER_TIMEOUT_S = 60.0
+_ALLOWED = (int, float, np.int32, np.int64, np.float32, np.float64)
+_INSTALLED = False
+_LOCK = threading.Lock()
+
+
+class _WarpSync:
+    __slots__ = ("barrier", "slots")
+
+    def __init__(self, parties: int):
+        self.barrier = threading.Barrier(parties, timeout=BARRIER_TIMEOUT_S)
+        self.slots = ({}, {})
+
+
+def _lanes_present(mod, warp: int) -> int:
+    bd = mod.blockDim
+    nthreads = bd.x * bd.y * bd.z
+    return (1 << max(0, min(32, nthreads - warp * 32))) - 1
+
+
+def _state(mod, mask: int):
+    t = threading.current_thread()
+    st = mod.__dict__.get("_nbits_warps")
+    if st is None:
+        with _LOCK:
+            st = mod.__dict__.setdefault("_nbits_warps", ({}, threading.Lock()))
+    table, lock = st
+    warp, lane = divmod(t.thread_id, 32)
+    members = mask & _lanes_present(mod, warp)
+    if not (members >> lane) & 1:
+        raise RuntimeError(f"lane {lane} called a *_sync warp primitive with mask {mask:#x} that excludes it")
+    key = (tuple(t.blockIdx), warp, members)
+    with lock:
+        ws = table.get(key)
+        if ws is None:
+            ws = table[key] = _WarpSync(bin(members).count("1"))
+    gen = t.__dict__.get("_nbits_gen", 0)
+    t._nbits_gen = gen + 1
+    return ws, lane, members, gen & 1
+
+
+def _exchange(mod, mask, value):
+    ws, lane, members, buf = _state(mod, int(mask))
+    slots = ws.slots[buf]
+    slots[lane] = value
+    ws.barrier.wait()
+    return slots, lane, members
+
+
+def _check(value):
+    # numba-cuda's shfl_*_sync types only int32/int64/float32/float64 (numba/cuda/intrinsics.py)
+    if isinstance(value, bool) or not isinstance(value, _ALLOWED):
+        raise TypeError(f"shfl_*_sync supports only 32/64-bit ints and floats, got {type(value).__name__}")
+
+
+def shfl_sync(self, mask, value, src_lane):
+    _check(value)
+    slots, lane, members = _exchange(self, mask, value)
+    src = int(src_lane) & 31
+    return slots[src] if (members >> src) & 1 else value
+
+
+def shfl_up_sync(self, mask, value, delta):
+    _check(value)
+    slots, lane, members = _exchange(self, mask, value)
+    src = lane - int(delta)
+    return slots[src] if src >= 0 and (members >> src) & 1 else value
+
+
+def shfl_down_sync(self, mask, value, delta):
+    _check(value)
+    slots, lane, members = _exchange(self, mask, value)
+    src = lane + int(delta)
+    return slots[src] if src < 32 and (members >> src) & 1 else value
+
+
+def shfl_xor_sync(self, mask, value, lane_mask):
+    _check(value)
+    slots, lane, members = _exchange(self, mask, value)
+    src = lane ^ (int(lane_mask) & 31)
+    return slots[src] if (members >> src) & 1 else value
+
+
+def syncwarp(self, mask=_FULL):
+    _exchange(self, mask, None)
+
+
+def ballot_sync(self, mask, predicate):
+    slots, _, members = _exchange(self, mask, bool(predicate))
+    return sum(1 << ln for ln, p in slots.items() if p and (members >> ln) & 1)
+
+
+def all_sync(self, mask, predicate):
+    slots, _, members = _exchange(self, mask, bool(predicate))
+    return int(all(p for ln, p in slots.items() if (members >> ln) & 1))
+
+
+def any_sync(self, mask, predicate):
+    slots, _, members = _exchange(self, mask, bool(predicate))
+    return int(any(p for ln, p in slots.items() if (members >> ln) & 1))
+
+
+def activemask(self):
+    # The simulator cannot observe divergence: report every lane present in the warp.
+    return _lanes_present(self, threading.current_thread().thread_id // 32)
+
+
+def warp_exchange(value):
+    """Gather ``value`` from all 32 lanes of the calling thread's warp (helper for intrinsic twins).
+
+    Must be called by every lane of a full warp, like the warp-wide instruction it stands in for
+    (``mma.sync``). Returns a list indexed by lane.
+    """
+    from numba.cuda.simulator import kernel as simkernel
+
+    mod = simkernel._get_kernel_context()
+    if mod is None:
+        raise RuntimeError("warp_exchange called outside a simulated kernel")
+    slots, _, _ = _exchange(mod, _FULL, value)
+    return [slots[i] for i in range(32)]
+
+
+_PRIMITIVES = (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync, syncwarp, ballot_sync, all_sync,
+               any_sync, activemask)
+
+
+def install() -> None:
+    """Patch the warp primitives onto the simulator (idempotent; simulator only)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+
+    missing = [n for n in ("FakeCUDAModule",) if not hasattr(kernelapi, n)]
+    missing += [n for n in ("BlockThread", "_get_kernel_context") if not hasattr(simkernel, n)]
+    if missing:
+        raise RuntimeError(f"numba-cuda's simulator changed; numba_nbits cannot extend it (missing {missing})")
+    for f in _PRIMITIVES:
+        setattr(kernelapi.FakeCUDAModule, f.__name__, f)
+    _INSTALLED = True

@@ -1,0 +1,248 @@
+"""The operator: ``MatMulNBits`` (construct once, call many times) and the one-shot ``matmul_nbits``.
+
+``MatMulNBits(B, scales, zero_points, g_idx, bias, *, K, N, bits, block_size, ...)`` validates the
+attributes and constant inputs (``schema.py``), parses the configuration once (``config.py``:
+explicit ``config=`` keys beat environment variables, which beat defaults) and copies the weights to
+the device once (``weights.py``). ``op(A, out=None, stream=None)`` then:
+
+1. adapts A (NumPy, numba device array, torch, CuPy, any CUDA-array-interface object) and checks it;
+2. looks up the plan cached for this M — the first call for an M runs ``dispatch.select`` and builds
+   the route's launches (compiling kernels if needed), which must happen outside CUDA-graph capture;
+3. runs it on the caller's stream (explicit ``stream``, else torch's/CuPy's current stream for their
+   tensors, else the legacy default stream), plus the bias-add kernel when the route does not fuse
+   bias, and returns Y of shape ``A.shape[:-1] + (N,)`` in A's kind.
+
+A steady-state call on a device array allocates nothing when ``out`` is given, synchronises nothing
+and compiles nothing, so it can be captured into a CUDA graph.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from . import schema
+from .arrays import DevArray, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
+from .config import Config, load_config
+from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
+from .dispatch.select import Decision, select
+from .launch import CaptureError, is_capturing, simulated
+from .weights import build_weights
+
+
+class _Entry:
+    """A built route for one M: the plan plus, when needed, the bias-add launch."""
+
+    __slots__ = ("decision", "plan", "bias_launch", "debug_line")
+
+    def __init__(self, decision: Decision, plan, bias_launch, debug_line: Optional[str]):
+        self.decision = decision
+        self.plan = plan
+        self.bias_launch = bias_launch
+        self.debug_line = debug_line
+
+    def run(self, a: DevArray, out: DevArray, stream: int) -> None:
+        self.plan.run(a, out, stream)
+        if self.bias_launch is not None:
+            self.bias_launch.set_array(0, out.flat())
+            self.bias_launch.launch(stream)
+        if self.debug_line is not None:
+            print(self.debug_line, file=sys.stderr)
+
+
+class MatMulNBits:
+    """``com.microsoft::MatMulNBits``: ``Y = A @ dequant(B).T + bias`` with B block-quantized to 2/4/8 bits.
+
+    Parameters follow the ONNX operator: B uint8 ``[N, k_blocks, block_size*bits/8]``; scales ``[N,
+    k_blocks]`` (or flat) in A's dtype (float32, float16 or bfloat16); zero_points packed uint8 ``[N,
+    ceil(k_blocks*bits/8)]`` or typed like scales ``[N, k_blocks]``; g_idx int32 ``[K]`` or
+    ``[K_padded]``; bias ``[N]``. ``config`` is a mapping of session-config keys (``ep.cuda.*``,
+    ``numba_nbits.*``, ``use_tf32``) or a ``Config``; ``environ`` defaults to ``os.environ`` and is
+    read here, once.
+    """
+
+    def __init__(self, B, scales, zero_points=None, g_idx=None, bias=None, *, K: int, N: int, bits: int = 4,
+                 block_size: int, accuracy_level: int = 0, weight_prepacked: int = 0,
+                 config: Mapping[str, Any] | Config | None = None, environ: Mapping[str, str] | None = None):
+        self.attrs = schema.check_attributes(K, N, bits, block_size, accuracy_level, weight_prepacked)
+        B, scales, zero_points, g_idx, bias, dtype = schema.check_constant_inputs(
+            self.attrs, B, scales, zero_points, g_idx, bias)
+        self.config: Config = load_config(environ, config)
+        self.dtype = dtype
+        self._simulated = simulated()
+        self.sm, self.device_id = self._device()
+        if dtype == "bfloat16" and self.sm < 80:
+            raise schema.MatMulNBitsError("BFloat16 MatMulNBits is not supported on cuda device with compute "
+                                          f"capability < 8.0 (this device: sm_{self.sm})")
+        if weight_prepacked:
+            raise schema.MatMulNBitsError(
+                "weight_prepacked requires the fpA_intB path, but it is unsupported for this node (check bits, "
+                "block_size, N/K alignment, g_idx, and compute capability >= 7.5)")
+        self.weights = build_weights(B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits, block_size=block_size,
+                                     simulated=self._simulated, device_id=self.device_id)
+        self.zero_points_kind = self.weights.zp_kind
+        self._entries: dict[int, _Entry] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------ metadata
+    K = property(lambda self: self.attrs.K)
+    N = property(lambda self: self.attrs.N)
+    bits = property(lambda self: self.attrs.bits)
+    block_size = property(lambda self: self.attrs.block_size)
+
+    def _device(self):
+        if self._simulated:
+            return 90, 0
+        from numba import cuda
+
+        dev = cuda.get_current_device()
+        major, minor = dev.compute_capability
+        return major * 10 + minor, dev.id
+
+    def problem(self, M: int) -> Problem:
+        w = self.weights
+        return Problem(M=int(M), N=w.N, K=w.K, bits=w.bits, block_size=w.block_size, dtype=self.dtype,
+                       zero_points=w.zp_kind, has_g_idx=w.g_idx is not None, has_bias=w.bias is not None,
+                       sm=self.sm, weight_prepacked=self.attrs.weight_prepacked,
+                       smem_per_block=DEFAULT_SMEM_PER_BLOCK)
+
+    def explain(self, M: int = 1) -> Decision:
+        """The dispatch decision for a call with M rows (``print(op.explain(M).explain())``)."""
+        return select(self.problem(M), self.config)
+
+    def route(self, M: int = 1) -> str:
+        return self.explain(M).name
+
+    # ------------------------------------------------------------------------------ building
+    def _entry(self, M: int, stream: int) -> _Entry:
+        e = self._entries.get(M)
+        if e is not None:
+            return e
+        with self._lock:
+            e = self._entries.get(M)
+            if e is None:
+                if is_capturing(stream):
+                    raise CaptureError(
+                        f"MatMulNBits: no plan for M={M}, N={self.N}, K={self.K} yet; building one compiles and "
+                        "allocates, which cannot happen during CUDA graph capture; run a warmup inference outside "
+                        "capture first.")
+                e = self._entries[M] = self._build(M)
+        return e
+
+    def warmup(self, *Ms: int) -> None:
+        """Build (compile, allocate) the plans for these M values now, outside any capture."""
+        for M in Ms:
+            self._entry(int(M), 0)
+
+    def _build(self, M: int) -> _Entry:
+        problem = self.problem(M)
+        decision = select(problem, self.config)
+        route = decision.route
+        module = importlib.import_module(f".kernels.{route.family}", __package__)
+        if route.family == "dequant":
+            plan = module.build(self.weights, problem, self.config, route=route.name)
+        else:
+            plan = module.build(self.weights, problem, self.config)
+        bias_launch = None
+        if decision.bias == "add":
+            from .kernels.bias import bind_bias_add
+
+            w = self.weights
+            # argument 0 (the output) is pointed at each call's Y by _Entry.run
+            bias_launch = bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N)
+        debug = None
+        if self.config.fpa_intb_debug:
+            debug = (f"[fpA_intB_debug] M={M} N={self.N} K={self.K} nbits={self.bits} block_size={self.block_size} "
+                     f"device_sm={self.sm} packing_sm={getattr(plan, 'packing_sm', 'n/a')} "
+                     f"has_bias={int(self.weights.bias is not None)} "
+                     f"has_zero_points={int(self.weights.zp_kind != 'none')} "
+                     f"weight_format={getattr(plan, 'weight_format', 'ort')} route={route.name} "
+                     f"kernel={getattr(plan, 'kernel', route.family)} tactic={getattr(plan, 'tactic', 'n/a')}")
+        return _Entry(decision, plan, bias_launch, debug)
+
+    # ------------------------------------------------------------------------------ calling
+    def __call__(self, A, out=None, stream=None):
+        sim = self._simulated
+        a_in = adapt_input(A, "A", sim)
+        shape = a_in.dev.shape
+        M = schema.check_activation(shape, dtype_name(a_in.dev.dtype), self.attrs, self.dtype)
+        out_shape = tuple(shape[:-1]) + (self.N,)
+        s = stream_handle(stream) if stream is not None else a_in.default_stream
+        if a_in.device_id not in (-1, self.device_id) and not sim:
+            raise schema.MatMulNBitsError(f"input A is on device {a_in.device_id} but this MatMulNBits' weights are "
+                                          f"on device {self.device_id}; build one operator per device")
+        kind = a_in.kind
+        a_dev = a_in.dev
+        if kind == "numpy" and not sim:
+            a_dev = to_device(a_in.dev.owner, False)
+        if out is None:
+            o = alloc_output("numba" if kind == "numpy" else kind, out_shape, self.weights.np_dtype, a_in.source, sim)
+            out_obj = None
+        else:
+            o_in = adapt_input(out, "out", sim)
+            schema.check_output(o_in.dev.shape, dtype_name(o_in.dev.dtype), out_shape, self.dtype)
+            if o_in.kind == "numpy" and not sim:
+                raise schema.MatMulNBitsError("out: a NumPy out= is only accepted with NumPy A under the simulator; "
+                                              "pass a device array, or no out")
+            if not sim and o_in.dev.ptr < a_dev.ptr + a_dev.nbytes and a_dev.ptr < o_in.dev.ptr + o_in.dev.nbytes:
+                raise schema.MatMulNBitsError("out must not overlap A")
+            if sim and np.shares_memory(o_in.dev.owner, a_dev.owner):
+                raise schema.MatMulNBitsError("out must not overlap A")
+            o = o_in.dev
+            out_obj = out
+        if M > 0:
+            entry = self._entry(M, s)
+            a2 = DevArray(a_dev.ptr, (M, self.K), (self.K * a_dev.itemsize, a_dev.itemsize), a_dev.dtype,
+                          a_dev.owner.reshape(M, self.K) if sim else a_dev.owner)
+            o2 = DevArray(o.ptr, (M, self.N), (self.N * o.itemsize, o.itemsize), o.dtype,
+                          o.owner.reshape(M, self.N) if sim else o.owner)
+            entry.run(a2, o2, s)
+        if out_obj is not None:
+            return out_obj
+        if kind == "numpy":
+            return to_host(o, s).reshape(out_shape) if not sim else o.owner.reshape(out_shape).copy()
+        return result_of(o, kind, sim, s)
+
+
+def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K: int, N: int, bits: int = 4,
+                 block_size: int, accuracy_level: int = 0, weight_prepacked: int = 0, config=None, stream=None,
+                 out=None):
+    """One-shot ``MatMulNBits``: validates, uploads the weights and runs once (use the class to reuse them)."""
+    op = MatMulNBits(B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits, block_size=block_size,
+                     accuracy_level=accuracy_level, weight_prepacked=weight_prepacked, config=config)
+    return op(A, out=out, stream=stream)
+
+
+def dequantize(B, scales, zero_points=None, g_idx=None, *, K: int, N: int, bits: int, block_size: int):
+    """Dequantized weights ``(N, K)`` in the scales' dtype: NumPy in, NumPy out (host); device arrays in,
+    a numba device array out (dequantize kernel on the device)."""
+    from .formats import dequantize_host
+
+    if isinstance(B, np.ndarray) and isinstance(scales, np.ndarray):
+        return dequantize_host(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size)
+    from .kernels.dequant import DequantGemmPlan  # noqa: F401  (module import compiles nothing)
+    from .kernels.dequant import bind_dequant
+    from .arrays import device_empty
+
+    attrs = schema.check_attributes(K, N, bits, block_size)
+    B, scales, zero_points, g_idx, _, dtype = schema.check_constant_inputs(attrs, B, scales, zero_points, g_idx)
+    sim = simulated()
+    w = build_weights(B, scales, zero_points, g_idx, None, K=K, N=N, bits=bits, block_size=block_size, simulated=sim)
+    out = device_empty((N * w.K_padded,), w.np_dtype, sim)
+    from .kernels.dequant import _flat_views
+
+    b, s, zpp, zpt = _flat_views(w, 0, N)
+    gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
+    bind_dequant(b, s, zpp, zpt, gidx, out, bits=bits, act=dtype, zp_kind=w.zp_kind, has_gidx=w.g_idx is not None,
+                 n_rows=N, k_blocks=w.k_blocks, block_size=block_size, zp_row=w.zp_row).launch(0)
+    from numba import cuda
+
+    if sim:
+        return cuda.to_device(np.ascontiguousarray(out.owner.reshape(N, w.K_padded)[:, :K]))
+    full = out.owner  # numba uint8 device array holding N*K_padded elements
+    arr = cuda.devicearray.DeviceNDArray((N, w.K_padded), (w.K_padded * w.np_dtype.itemsize, w.np_dtype.itemsize),
+                                         w.np_dtype, gpu_data=full.gpu_data)
+    return arr[:, :K] if K != w.K_padded else arr

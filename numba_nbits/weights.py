@@ -1,0 +1,142 @@
+"""Device-resident constant inputs of one MatMulNBits node, and the plan interface of the routes.
+
+``Weights`` is built once by ``MatMulNBits`` at construction: B, scales, zero points, g_idx and
+bias copied to the device in the kernels' layouts (flat 1-D views, bf16 as its bits), plus the
+attributes every kernel needs. Routes may derive further layouts (for example a prepacked layout
+for the tensor-core kernel) through ``Weights.derived(key, build)``, which builds each one once,
+outside any graph capture.
+
+A route's ``build(weights, problem, config) -> Plan`` returns an object with
+``run(a, out, stream)``: ``a`` is the ``(M, K)`` activation and ``out`` the ``(M, N)`` output, both
+C-contiguous ``DevArray`` views that may point elsewhere on every call. ``run`` only rewrites
+pointers in pre-packed launches and launches them on ``stream``.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
+
+import numpy as np
+
+from .arrays import DevArray, dtype_name, to_device
+
+
+class Plan(Protocol):
+    route: str
+
+    def run(self, a: DevArray, out: DevArray, stream: int) -> None:  # pragma: no cover - protocol
+        ...
+
+
+@dataclass
+class Weights:
+    """Constant inputs on the device (see module docstring). All arrays are C-contiguous."""
+
+    N: int
+    K: int
+    bits: int
+    block_size: int
+    dtype: str  # "float32" | "float16" | "bfloat16": the dtype of A, scales, typed zp, bias, Y
+    b: DevArray  # uint8 (N, k_blocks, blob_size)
+    scales: DevArray  # (N * k_blocks,) in dtype
+    zp_kind: str  # "none" | "packed" | "typed"
+    zp_packed: Optional[DevArray]  # uint8 (N * zp_row,)
+    zp_typed: Optional[DevArray]  # (N * k_blocks,) in dtype
+    g_idx: Optional[DevArray]  # int32 (K_padded,)
+    bias: Optional[DevArray]  # (N,) in dtype
+    simulated: bool
+    device_id: int
+    host: dict = field(default_factory=dict)  # host copies kept for derived layouts / chunking
+    _derived: dict = field(default_factory=dict)
+    _lock: Any = field(default_factory=threading.Lock)
+    _dummies: dict = field(default_factory=dict)
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.K // self.block_size)
+
+    @property
+    def K_padded(self) -> int:
+        return self.k_blocks * self.block_size
+
+    @property
+    def blob_size(self) -> int:
+        return self.block_size * self.bits // 8
+
+    @property
+    def zp_row(self) -> int:
+        """Bytes per row of packed zero points: ceil(k_blocks * bits / 8)."""
+        return -(-self.k_blocks * self.bits // 8)
+
+    @property
+    def b_words(self) -> DevArray:
+        """B as a flat uint32 array (each row is a multiple of 4 bytes)."""
+        return self.derived("b_words", lambda: self.b.view(np.uint32))
+
+    def dummy(self, dtype) -> DevArray:
+        """A 1-element placeholder for an absent optional input of a kernel."""
+        key = np.dtype(dtype).str
+        d = self._dummies.get(key)
+        if d is None:
+            d = self._dummies[key] = to_device(np.zeros(1, dtype), self.simulated)
+        return d
+
+    def derived(self, key: str, build: Callable[[], Any]):
+        """Build (once) and cache a derived layout or constant under ``key``."""
+        v = self._derived.get(key)
+        if v is None:
+            with self._lock:
+                v = self._derived.get(key)
+                if v is None:
+                    v = self._derived[key] = build()
+        return v
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        from .arrays import np_dtype
+
+        return np_dtype(self.dtype)
+
+    def describe(self) -> str:
+        return (f"N={self.N} K={self.K} bits={self.bits} block_size={self.block_size} dtype={self.dtype} "
+                f"zero_points={self.zp_kind} g_idx={self.g_idx is not None} bias={self.bias is not None}")
+
+
+def kernel_dtype_name(a: DevArray) -> str:
+    return dtype_name(a.dtype)
+
+
+def build_weights(B: np.ndarray, scales: np.ndarray, zero_points=None, g_idx=None, bias=None, *, K: int, N: int,
+                  bits: int, block_size: int, simulated: bool, device_id: int = 0) -> Weights:
+    """Copy validated host inputs to the device in the kernels' layouts (see ``Weights``).
+
+    Inputs must already be validated by ``schema.py``: B uint8 (N, k_blocks, blob); scales (N, k_blocks)
+    or flat; zero_points packed uint8 or typed like scales; g_idx int32 of K or K_padded entries.
+    """
+    from .formats import float_dtype_name
+
+    dtype = float_dtype_name(scales.dtype)
+    kb = -(-K // block_size)
+    k_pad = kb * block_size
+    host = {"B": B, "scales": scales, "zero_points": zero_points, "g_idx": g_idx, "bias": bias}
+    b = to_device(np.ascontiguousarray(B, dtype=np.uint8).reshape(N, kb, block_size * bits // 8), simulated)
+    sc = to_device(np.ascontiguousarray(scales).reshape(N * kb), simulated)
+    zp_kind, zp_packed, zp_typed = "none", None, None
+    if zero_points is not None:
+        if zero_points.dtype == np.uint8:
+            zp_kind = "packed"
+            zp_packed = to_device(np.ascontiguousarray(zero_points).reshape(-1), simulated)
+        else:
+            zp_kind = "typed"
+            zp_typed = to_device(np.ascontiguousarray(zero_points).reshape(N * kb), simulated)
+    gi = None
+    if g_idx is not None:
+        g = np.asarray(g_idx, dtype=np.int32).reshape(-1)
+        if g.size < k_pad:  # K entries: pad with the natural block of the padded columns
+            g = np.concatenate([g, (np.arange(g.size, k_pad) // block_size).astype(np.int32)])
+        gi = to_device(g, simulated)
+    bi = to_device(np.ascontiguousarray(bias).reshape(N), simulated) if bias is not None else None
+    return Weights(N=N, K=K, bits=bits, block_size=block_size, dtype=dtype, b=b, scales=sc, zp_kind=zp_kind,
+                   zp_packed=zp_packed, zp_typed=zp_typed, g_idx=gi, bias=bi, simulated=simulated,
+                   device_id=device_id, host=host)
