@@ -143,3 +143,263 @@ else:  # pragma: no cover - compiled on a GPU only
             return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(4)])
 
         return rt(arr, idx), codegen
+
+
+# ------------------------------------------------------------------------- tensor cores (mma)
+# Appended for the tensor-core kernels (kernels/gemv_mma.py, kernels/mixed_gemm.py).
+#
+# * ``mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` / ``mma_bf16(...)``:
+#   ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`` (one warp; every lane must
+#   call it). ``a*``/``b*`` are uint32 registers each holding two 16-bit values (low half = lower
+#   index); ``c*`` float32; returns the 4 float32 accumulators ``(d0, d1, d2, d3)``. Fragment layout
+#   (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane >> 2, t = lane & 3):
+#       a0 = A[g, 2t:2t+2]      a1 = A[g+8, 2t:2t+2]    a2 = A[g, 2t+8:2t+10]   a3 = A[g+8, 2t+8:2t+10]
+#       b0 = B[2t:2t+2, g]      b1 = B[2t+8:2t+10, g]
+#       d0 = D[g, 2t]  d1 = D[g, 2t+1]  d2 = D[g+8, 2t]  d3 = D[g+8, 2t+1]      (D = A @ B + C)
+#   The twin gathers the 32 lanes' fragments with ``simulator.warp_exchange``, rebuilds A (16x16)
+#   and B (16x8), and computes each lane's 4 outputs as one float64 dot product of the exact
+#   products (fp16/bf16 x fp16/bf16 is exact in fp32 and fp64), plus c, rounded once to float32.
+#   The hardware sums the 16 exact products with fp32-class internal precision, so twin and
+#   hardware agree to ~1 ulp of fp32 (tests/test_mma.py checks 1e-6 relative on a GPU).
+# * ``pack_f16x2(lo, hi)`` / ``pack_bf16x2(lo, hi)``: two float32 -> one uint32 holding two
+#   fp16/bf16 (round to nearest even; ``cvt.rn.{f16,bf16}x2.f32``, lo in bits 0..15).
+# * ``f32_to_f16(x)``: float32 -> fp16 bits (uint16, ``cvt.rn.f16.f32``).
+# * ``fma_f16x2(a, b, c)`` / ``fma_bf16x2(a, b, c)``: packed ``fma.rn.{f16x2,bf16x2}`` on uint32
+#   registers (two lanes of a*b+c, one rounding each). Used for the exact integer-to-fp16
+#   conversion ``(0x6400 | q) - (1024 + zp)`` of 4-bit codes (both operands exact, so the
+#   result q - zp is exact).
+
+_MMA_G = np.arange(32) >> 2
+_MMA_T = np.arange(32) & 3
+
+
+def _halves_to_f64(words, bf16: bool):
+    w = np.asarray(words, dtype=np.uint32)
+    lo = (w & np.uint32(0xFFFF)).astype(np.uint16)
+    hi = (w >> np.uint32(16)).astype(np.uint16)
+    if bf16:
+        lo = (lo.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        hi = (hi.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    else:
+        lo = lo.view(np.float16)
+        hi = hi.view(np.float16)
+    return lo.astype(np.float64), hi.astype(np.float64)
+
+
+def mma_fragments_to_matrices(a_regs, b_regs, bf16: bool = False):
+    """Host helper (twin and tests): (32, 4) A-fragment and (32, 2) B-fragment uint32 registers
+    -> (A 16x16, B 16x8) as float64 matrices, following the m16n8k16 fragment layout."""
+    a_regs = np.asarray(a_regs, dtype=np.uint32).reshape(32, 4)
+    b_regs = np.asarray(b_regs, dtype=np.uint32).reshape(32, 2)
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    g, t = _MMA_G, _MMA_T
+    alo, ahi = _halves_to_f64(a_regs, bf16)
+    blo, bhi = _halves_to_f64(b_regs, bf16)
+    for r, (dr, dc) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+        A[g + dr, 2 * t + dc] = alo[:, r]
+        A[g + dr, 2 * t + 1 + dc] = ahi[:, r]
+    for r, dk in enumerate((0, 8)):
+        B[2 * t + dk, g] = blo[:, r]
+        B[2 * t + 1 + dk, g] = bhi[:, r]
+    return A, B
+
+
+def matrices_to_mma_fragments(A, B, bf16: bool = False):
+    """Host helper (tests): A (16x16) and B (16x8) float arrays -> (32, 4) and (32, 2) uint32
+    fragment registers (values rounded to fp16/bf16)."""
+    if bf16:
+        import ml_dtypes
+
+        A16 = np.asarray(A, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+        B16 = np.asarray(B, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+    else:
+        A16 = np.asarray(A, np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+        B16 = np.asarray(B, np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+    g, t = _MMA_G, _MMA_T
+    a = np.zeros((32, 4), np.uint32)
+    b = np.zeros((32, 2), np.uint32)
+    for r, (dr, dc) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+        a[:, r] = A16[g + dr, 2 * t + dc] | (A16[g + dr, 2 * t + 1 + dc] << np.uint32(16))
+    for r, dk in enumerate((0, 8)):
+        b[:, r] = B16[2 * t + dk, g] | (B16[2 * t + 1 + dk, g] << np.uint32(16))
+    return a, b
+
+
+def mma_reference(a_regs, b_regs, c, bf16: bool = False):
+    """Host model of one m16n8k16 mma.sync: (32, 4) A and (32, 2) B fragment registers and (32, 4)
+    float32 accumulators in -> (32, 4) float32 D fragments out (the twin's arithmetic: a float64
+    dot product of the exact products plus c, rounded once to float32)."""
+    A, B = mma_fragments_to_matrices(a_regs, b_regs, bf16)
+    D = A @ B  # (16, 8) float64
+    c = np.asarray(c, dtype=np.float32).reshape(32, 4).astype(np.float64)
+    g, t = _MMA_G, _MMA_T
+    out = np.empty((32, 4), np.float64)
+    out[:, 0] = D[g, 2 * t]
+    out[:, 1] = D[g, 2 * t + 1]
+    out[:, 2] = D[g + 8, 2 * t]
+    out[:, 3] = D[g + 8, 2 * t + 1]
+    return (out + c).astype(np.float32)
+
+
+def _mma_twin(bf16: bool):
+    def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        import threading
+
+        from . import simulator
+
+        lane = threading.current_thread().thread_id % 32  # the simulator's laneid
+        regs = simulator.warp_exchange((int(a0) & 0xFFFFFFFF, int(a1) & 0xFFFFFFFF, int(a2) & 0xFFFFFFFF,
+                                        int(a3) & 0xFFFFFFFF, int(b0) & 0xFFFFFFFF, int(b1) & 0xFFFFFFFF))
+        r = np.array(regs, dtype=np.uint32)
+        A, B = mma_fragments_to_matrices(r[:, :4], r[:, 4:], bf16)
+        g, t = lane >> 2, lane & 3
+        d0 = np.float32(float(np.dot(A[g], B[:, 2 * t])) + float(np.float32(c0)))
+        d1 = np.float32(float(np.dot(A[g], B[:, 2 * t + 1])) + float(np.float32(c1)))
+        d2 = np.float32(float(np.dot(A[g + 8], B[:, 2 * t])) + float(np.float32(c2)))
+        d3 = np.float32(float(np.dot(A[g + 8], B[:, 2 * t + 1])) + float(np.float32(c3)))
+        return d0, d1, d2, d3
+
+    mma.__name__ = "mma_bf16" if bf16 else "mma_f16"
+    return mma
+
+
+def _f32_to_f16_py(x):
+    return np.float16(np.float32(x)).view(np.uint16)
+
+
+def _pack_f16x2_py(lo, hi):
+    return np.uint32(int(_f32_to_f16_py(lo)) | (int(_f32_to_f16_py(hi)) << 16))
+
+
+def _pack_bf16x2_py(lo, hi):
+    return np.uint32(int(_f32_to_bf16_py(lo)) | (int(_f32_to_bf16_py(hi)) << 16))
+
+
+def _fma_x2_py(bf16: bool):
+    def to16(v):
+        if bf16:
+            return int(_f32_to_bf16_py(np.float32(v)))
+        return int(np.float16(v).view(np.uint16))
+
+    def fma(a, b, c):
+        out = 0
+        for sh in (0, 16):
+            vals = []
+            for w in (a, b, c):
+                h = (int(w) >> sh) & 0xFFFF
+                vals.append(float(np.uint32(h << 16).view(np.float32)) if bf16 else float(np.uint16(h).view(np.float16)))
+            # a*b is exact in float64; the sum is rounded to float64 then to 16 bits (a double
+            # rounding that differs from the hardware's single rounding only on exact ties of
+            # inexact sums, which the kernels never produce: they use fma for exact integers).
+            out |= to16(vals[0] * vals[1] + vals[2]) << sh
+        return np.uint32(out)
+
+    fma.__name__ = "fma_bf16x2" if bf16 else "fma_f16x2"
+    return fma
+
+
+_mma_f16_py = _mma_twin(False)
+_mma_bf16_py = _mma_twin(True)
+_fma_f16x2_py = _fma_x2_py(False)
+_fma_bf16x2_py = _fma_x2_py(True)
+
+TWINS.update({
+    "mma_f16": _mma_f16_py,
+    "mma_bf16": _mma_bf16_py,
+    "f32_to_f16": _f32_to_f16_py,
+    "pack_f16x2": _pack_f16x2_py,
+    "pack_bf16x2": _pack_bf16x2_py,
+    "fma_f16x2": _fma_f16x2_py,
+    "fma_bf16x2": _fma_bf16x2_py,
+})
+
+if SIMULATED:
+    mma_f16 = _mma_f16_py
+    mma_bf16 = _mma_bf16_py
+    f32_to_f16 = _f32_to_f16_py
+    pack_f16x2 = _pack_f16x2_py
+    pack_bf16x2 = _pack_bf16x2_py
+    fma_f16x2 = _fma_f16x2_py
+    fma_bf16x2 = _fma_bf16x2_py
+else:  # pragma: no cover - compiled on a GPU only
+    def _mma_intrinsic(kind: str):
+        ptx = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+               "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+
+        def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            ints = (a0, a1, a2, a3, b0, b1)
+            if not all(isinstance(x, types.Integer) for x in ints):
+                return None
+            if not all(isinstance(x, (types.Float, types.Integer)) for x in (c0, c1, c2, c3)):
+                return None
+            f4 = types.UniTuple(types.float32, 4)
+
+            def codegen(context, builder, sig, args):
+                f32 = ir.FloatType()
+                ins = [_to_i32(builder, v) for v in args[:6]]
+                for ty, v in zip(sig.args[6:], args[6:]):
+                    ins.append(context.cast(builder, v, ty, types.float32))
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [_I32] * 6 + [f32] * 4)
+                asm = ir.InlineAsm(fnty, ptx, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+                res = builder.call(asm, ins)
+                return context.make_tuple(builder, f4, [builder.extract_value(res, k) for k in range(4)])
+
+            return f4(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3), codegen
+
+        typer.__name__ = f"mma_{kind}"
+        return intrinsic(typer)
+
+    mma_f16 = _mma_intrinsic("f16")
+    mma_bf16 = _mma_intrinsic("bf16")
+
+    @intrinsic
+    def f32_to_f16(typingctx, x):
+        if x != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType()])
+            asm = ir.InlineAsm(fnty, "cvt.rn.f16.f32 $0, $1;", "=h,f")
+            return builder.call(asm, [args[0]])
+
+        return types.uint16(x), codegen
+
+    def _pack_intrinsic(kind: str):
+        # PTX: "cvt.rn.f16x2.f32 d, a, b" puts a in the upper half and b in the lower half.
+        ptx = f"cvt.rn.{kind}x2.f32 $0, $2, $1;"
+
+        def typer(typingctx, lo, hi):
+            if lo != types.float32 or hi != types.float32:
+                return None
+
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(_I32, [ir.FloatType(), ir.FloatType()])
+                return builder.call(ir.InlineAsm(fnty, ptx, "=r,f,f"), list(args))
+
+            return types.uint32(lo, hi), codegen
+
+        typer.__name__ = f"pack_{kind}x2"
+        return intrinsic(typer)
+
+    pack_f16x2 = _pack_intrinsic("f16")
+    pack_bf16x2 = _pack_intrinsic("bf16")
+
+    def _fma_intrinsic(kind: str):
+        ptx = f"fma.rn.{kind}x2 $0, $1, $2, $3;"
+
+        def typer(typingctx, a, b, c):
+            if not all(isinstance(x, types.Integer) for x in (a, b, c)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(_I32, [_I32] * 3)
+                return builder.call(ir.InlineAsm(fnty, ptx, "=r,r,r,r"), [_to_i32(builder, v) for v in args])
+
+            return types.uint32(a, b, c), codegen
+
+        typer.__name__ = f"fma_{kind}x2"
+        return intrinsic(typer)
+
+    fma_f16x2 = _fma_intrinsic("f16")
+    fma_bf16x2 = _fma_intrinsic("bf16")
