@@ -1,0 +1,401 @@
+"""Tensor-core small-M GEMV for 4-bit MatMulNBits, fp16/bf16 activations, M = 1..16.
+
+Math
+----
+``Y[m, n] = sum_b scale[n, b] * sum_{k in block b} (q[n, k] - zp[n, b]) * A[m, k]``.
+
+The weights are the 16-row ``A`` operand of ``mma.sync.m16n8k16`` and the activations its 8-column
+``B`` operand, so one MMA computes ``D[n, m]`` for 16 weight rows and 8 activation rows:
+``M <= 8`` needs one MMA per 16 rows per 16 k, ``M <= 16`` two ("m-tiles"). Since the MMA cost is
+the same for M = 1 and M = 8, latency is nearly flat in M (the kernel streams the weights once).
+
+Numerics: the integer ``q - zp`` (in [-15, 15]) is an exact fp16/bf16 operand, built without any
+conversion instruction: ``(0x6400 | q)`` *is* fp16 ``1024 + q`` (bf16: ``0x4300 | q`` = ``128 + q``)
+and one packed ``fma(x, 1, -(1024 + zp))`` (``0xE400 | zp`` is fp16 ``-(1024 + zp)``) leaves exactly
+``q - zp`` in both halves of a register. Products with fp16/bf16 activations are exact and the
+tensor core sums them in fp32 over one quantization block; the block's partial sums are then
+multiplied by the block scale in fp32 and accumulated in fp32. No weight is ever rounded, so the
+only roundings are the fp32 accumulations and the final store (more exact than dequantize+cuBLAS).
+
+Packed weight layout (built once per ``Weights`` via ``weights.derived``; key ``gemv_mma_w4``)
+---------------------------------------------------------------------------------------
+Rows are padded to ``N_pad = ceil(N/32)*32`` (zero codes, zero scales), K to
+``K_pad = ceil(K / KS) * KS`` with ``KS = max(64, block_size)`` (one "super-chunk": a whole number
+of 64-k chunks and of quantization blocks). Padded activations (k >= K) are never loaded (zeros),
+so padded codes contribute nothing.
+
+* ``bq`` uint32 ``[N_pad/16 tiles][K_pad/64 chunks][32 lanes][4 steps]``: lane ``(g, t)`` =
+  ``(lane >> 2, lane & 3)`` reads its 16 bytes of one chunk with one 16-byte ``ld.global.nc``
+  (a warp reads 512 contiguous bytes). Word ``s`` holds the 8 codes the lane needs for MMA step
+  ``s`` (16 k) of the chunk: nibbles ``0,4`` = a0 (row g), ``1,5`` = a1 (row g+8), ``2,6`` = a2
+  (row g), ``3,7`` = a3 (row g+8), so ``(w >> 4r) & 0x000F000F`` is fragment register ``r``.
+* K order inside a step is permuted (any permutation works if A and B agree): with
+  ``KG = min(block_size, 64)`` and ``SG = KG/16`` steps per k-group, the logical fragment columns
+  ``2t, 2t+1, 2t+8, 2t+9`` of step ``σ`` of group ``γ`` are the physical ``k = γ*KG + 4*SG*t + 4σ
+  + (0, 1, 2, 3)``. Every step stays inside one quantization block, and each lane's activations
+  of a k-group are ``4*SG`` contiguous values: one or two 16-byte loads (8-byte pairs for block 16).
+* ``scales`` ``[tiles][K_pad/KS][16 rows][KS/block_size]`` in the activation dtype (bf16 as bits),
+  ``zp`` uint8 in the same layout (packed zero points only; absent = 8).
+
+Thread mapping and guards
+-------------------------
+A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles. Warp ``w`` takes super-chunks
+``w, w + WARPS, ...`` in groups of ``UNROLL``; the next group's weights are loaded before the current
+group is computed (register double buffering). Partial results are summed across warps through
+shared memory and stored (bias is not fused: the route adds it after). Guards (``supports``):
+bits 4, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
+N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked by ``run``).
+
+The kernel body is generated as Python source with every loop over registers unrolled (so numba
+keeps accumulators and fragments in registers): see ``_gen_source``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ..arrays import DevArray, to_device
+from ..launch import Kernel
+from . import intrinsics as _I
+from .dtypes import LOADS, STORES, array_type
+
+ROUTE = "gemv_mma"
+BLOCK_SIZES = (16, 32, 64, 128)
+TILE_N = 16
+ROW_PAD = 32  # rows padded to a multiple of the largest TPW * 16
+MAX_M = 16
+
+# fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte
+_CONST = {
+    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400),
+    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300),
+}
+
+
+@dataclass(frozen=True)
+class Tactic:
+    """Launch shape: ``tpw`` 16-row tiles per block, ``warps`` split-K warps, ``unroll``
+    super-chunks loaded per iteration (all compile-time)."""
+
+    tpw: int = 1
+    warps: int = 8
+    unroll: int = 2
+
+
+def default_tactic(N: int, K: int, block_size: int) -> Tactic:
+    """Pick the launch shape (H200, 132 SMs; to be tuned with perf/bench_mma.py).
+
+    Two tiles per block when that still gives >= 2 blocks per SM (halves activation traffic per
+    weight byte); 8 split-K warps when each keeps >= 4 super-chunks, else 4; unroll 2 (1 for
+    block 128, whose super-chunk is already two 16-byte loads per tile).
+    """
+    tiles = -(-N // TILE_N)
+    tpw = 2 if tiles // 2 >= 2 * 132 else 1
+    ks = max(64, block_size)
+    n_super = -(-K // ks)
+    unroll = 1 if ks > 64 else 2
+    warps = 8 if n_super >= 8 * 2 * unroll else 4 if n_super >= 4 * unroll else 2
+    return Tactic(tpw=tpw, warps=warps, unroll=unroll)
+
+
+def supports(problem) -> bool:
+    p = problem
+    return (p.bits == 4 and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
+            and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
+            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
+
+
+# --------------------------------------------------------------------------------- prepacking
+
+def _geometry(K: int, block_size: int):
+    ks = max(64, block_size)
+    kg = min(block_size, 64)
+    n_super = -(-K // ks)
+    return ks, kg, n_super, n_super * ks
+
+
+def pack_codes_for_mma(codes: np.ndarray, K_pad: int, block_size: int) -> np.ndarray:
+    """Codes ``(N, >=K)`` uint8 (values < 16) -> the ``bq`` uint32 layout (flat); see module doc."""
+    N = codes.shape[0]
+    n_pad = -(-N // ROW_PAD) * ROW_PAD
+    full = np.zeros((n_pad, K_pad), np.uint8)
+    kk = min(codes.shape[1], K_pad)
+    full[:N, :kk] = codes[:, :kk]
+    kg = min(block_size, 64)
+    sg = kg // 16
+    nch = K_pad // 64
+    # k = 64c + KG*γ + 4*SG*t + 4σ + j ; rows = 16*T + 8h + g
+    x = full.reshape(n_pad // 16, 2, 8, nch, 4 // sg, 4, sg, 4)  # T h g c γ t σ j
+    x = x.transpose(0, 3, 2, 5, 4, 6, 1, 7)  # T c g t γ σ h j
+    x = x.reshape(n_pad // 16, nch, 32, 4, 8)  # (T, c, lane, step, h*4+j)
+    nib_src = np.array([0, 4, 2, 6, 1, 5, 3, 7])  # nibble n holds (h, j) = divmod(src, 4)
+    words = np.zeros(x.shape[:-1], np.uint32)
+    for n in range(8):
+        words |= x[..., nib_src[n]].astype(np.uint32) << np.uint32(4 * n)
+    return words.reshape(-1)
+
+
+def unpack_codes_from_mma(words: np.ndarray, N: int, K_pad: int, block_size: int) -> np.ndarray:
+    """Inverse of ``pack_codes_for_mma`` (tests): flat words -> codes ``(N, K_pad)`` uint8."""
+    n_pad = -(-N // ROW_PAD) * ROW_PAD
+    nch = K_pad // 64
+    kg = min(block_size, 64)
+    sg = kg // 16
+    w = np.asarray(words, np.uint32).reshape(n_pad // 16, nch, 32, 4)
+    nib_src = np.array([0, 4, 2, 6, 1, 5, 3, 7])
+    x = np.zeros(w.shape + (8,), np.uint8)
+    for n in range(8):
+        x[..., nib_src[n]] = (w >> np.uint32(4 * n)) & np.uint32(15)
+    x = x.reshape(n_pad // 16, nch, 8, 4, 4 // sg, sg, 2, 4)  # T c g t γ σ h j
+    x = x.transpose(0, 6, 2, 1, 4, 3, 5, 7)  # T h g c γ t σ j
+    return np.ascontiguousarray(x.reshape(n_pad, K_pad)[:N])
+
+
+def _per_block_layout(vals: np.ndarray, N: int, kb_pad: int, ks: int, block_size: int, dtype) -> np.ndarray:
+    """(N, k_blocks) -> [tiles][supers][16][KS/bs] flat, zero padded."""
+    n_pad = -(-N // ROW_PAD) * ROW_PAD
+    full = np.zeros((n_pad, kb_pad), dtype)
+    full[:N, :vals.shape[1]] = vals
+    bps = ks // block_size
+    x = full.reshape(n_pad // 16, 16, kb_pad // bps, bps).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+@dataclass
+class Packed:
+    bq: DevArray
+    scales: DevArray
+    zp: DevArray | None
+    N_pad: int
+    K_pad: int
+    n_super: int
+
+
+def prepack(weights) -> Packed:
+    """The layout of the module docstring, built once per ``Weights`` (``weights.derived``)."""
+    def build():
+        from ..formats import unpack_codes, unpack_zero_points
+
+        N, K, bs = weights.N, weights.K, weights.block_size
+        ks, kg, n_super, K_pad = _geometry(K, bs)
+        codes = unpack_codes(np.asarray(weights.host["B"]).reshape(N, weights.k_blocks, -1), None, 4, bs)
+        bq = pack_codes_for_mma(codes, K_pad, bs)
+        kb_pad = K_pad // bs
+        sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
+        sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
+        sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
+        zp_l = None
+        if weights.zp_kind == "packed":
+            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, 4, N=N)
+            zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
+        n_pad = -(-N // ROW_PAD) * ROW_PAD
+        return Packed(bq=to_device(bq, weights.simulated), scales=to_device(sc_l, weights.simulated), zp=zp_l,
+                      N_pad=n_pad, K_pad=K_pad, n_super=n_super)
+
+    return weights.derived("gemv_mma_w4", build)
+
+
+# ------------------------------------------------------------------------------ kernel source
+
+def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
+    """Python source of the kernel for one specialisation (see module docstring)."""
+    TPW, W, U = tac.tpw, tac.warps, tac.unroll
+    KS = max(64, BS)
+    CPS = KS // 64
+    KG = min(BS, 64)
+    SG = KG // 16
+    BPS = KS // BS
+    SPB = BS // 16
+    NG = KS // KG  # k-groups per super-chunk
+    c = _CONST[act]
+    E = TPW * MT * 4 * 32
+    L = []
+
+    def e(indent, s):
+        L.append("    " * indent + s)
+
+    e(0, "def gemv_mma(a32, bq, sc, zpk, out, M, K, N, n_super):")
+    e(1, "lane = cuda.threadIdx.x & 31")
+    e(1, "warp = cuda.threadIdx.x >> 5")
+    e(1, "g = lane >> 2")
+    e(1, "t = lane & 3")
+    e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+    e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
+    if ZP == "none":
+        e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
+        e(1, "nz_hi = nz_lo")
+    for i in range(TPW):
+        for mt in range(MT):
+            for r in range(4):
+                e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+    # activation row offsets (in elements) for the lane's rows g and g + 8
+    for mt in range(MT):
+        e(1, f"row_{mt} = g + {8 * mt}")
+        e(1, f"ok_{mt} = row_{mt} < M")
+        e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
+
+    def load_weights(indent, prefix, base_expr):
+        for u in range(U):
+            e(indent, f"scl = {base_expr} + {u * W}")
+            e(indent, "if scl < n_super:")
+            for i in range(TPW):
+                for j in range(CPS):
+                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
+            e(indent, "else:")
+            for i in range(TPW):
+                for j in range(CPS):
+                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = Z4")
+
+    e(1, "base = np.int64(warp)")
+    load_weights(1, "w", "base")
+    e(1, "while base < n_super:")
+    e(2, f"nb = base + {W * U}")
+    load_weights(2, "v", "nb")
+    for u in range(U):
+        e(2, f"sc_ = base + {u * W}")
+        e(2, "if sc_ < n_super:")
+        ind = 3
+        e(ind, f"k0 = sc_ * {KS}")
+        # activation loads: for each m-tile and k-group, the lane's 4*SG contiguous values
+        for mt in range(MT):
+            for G in range(NG):
+                e(ind, f"ka = k0 + {G * KG} + {4 * SG} * t")
+                if SG == 1:
+                    e(ind, f"if ok_{mt} and ka < K:")
+                    e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
+                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(a32[ix])")
+                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                    e(ind, "else:")
+                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(0)")
+                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(0)")
+                else:
+                    for q in range(SG // 2):
+                        e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
+                        e(ind + 1, f"bv = ldg_v4(a32, (rbase_{mt} + ka + {8 * q}) >> 3)")
+                        e(ind, "else:")
+                        e(ind + 1, "bv = Z4")
+                        for x in range(4):
+                            e(ind, f"b_{mt}_{G}_{4 * q + x} = bv[{x}]")
+        for i in range(TPW):
+            e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {BPS}")
+            for bb in range(BPS):
+                e(ind, f"s_lo = ld(sc, sb + {bb})")
+                e(ind, f"s_hi = ld(sc, sb + {8 * BPS + bb})")
+                if ZP == "packed":
+                    e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
+                    e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {8 * BPS + bb}])) * np.uint32(65537)")
+                for mt in range(MT):
+                    for r in range(4):
+                        e(ind, f"p_{mt}_{r} = np.float32(0)")
+                for ss in range(SPB):
+                    s = bb * SPB + ss
+                    j, wi = divmod(s, 4)
+                    G, sig = divmod(s, SG)
+                    e(ind, f"wd = w_{u}_{i}_{j}[{wi}]")
+                    for r in range(4):
+                        nz = "nz_lo" if r % 2 == 0 else "nz_hi"
+                        e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
+                               f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
+                    for mt in range(MT):
+                        e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
+                               f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
+                for mt in range(MT):
+                    e(ind, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
+                    e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
+                    e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
+                    e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+    for u in range(U):
+        for i in range(TPW):
+            for j in range(CPS):
+                e(2, f"w_{u}_{i}_{j} = v_{u}_{i}_{j}")
+    e(2, "base = nb")
+    # cross-warp reduction and store
+    e(1, f"red = cuda.shared.array({W * E}, np.float32)")
+    for i in range(TPW):
+        for mt in range(MT):
+            for r in range(4):
+                e(1, f"red[warp * {E} + {((i * MT + mt) * 4 + r) * 32} + lane] = acc_{i}_{mt}_{r}")
+    e(1, "cuda.syncthreads()")
+    e(1, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
+    e(2, "tot = np.float32(0)")
+    e(2, f"for ww in range({W}):")
+    e(3, f"tot += red[ww * {E} + ent]")
+    e(2, "slot = ent >> 5")
+    e(2, "ln = ent & 31")
+    e(2, "r = slot & 3")
+    e(2, "it = slot >> 2")
+    e(2, f"mt = it % {MT}")
+    e(2, f"i = it // {MT}")
+    e(2, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
+    e(2, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
+    e(2, "if m < M and n < N:")
+    e(3, "st(out, np.int64(m) * N + n, tot)")
+    return "\n".join(L) + "\n"
+
+
+@lru_cache(maxsize=None)
+def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
+    """The compiled-on-demand kernel for one specialisation."""
+    from numba.cuda import types
+
+    src = _gen_source(act, MT, tac, BS, ZP)
+    ns = {
+        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
+        "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
+        "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
+    }
+    name = f"gemv_mma_w4_{act}_mt{MT}_t{tac.tpw}w{tac.warps}u{tac.unroll}_b{BS}_{ZP}"
+    exec(compile(src, f"<{name}>", "exec"), ns)
+    fn = ns["gemv_mma"]
+    fn.__name__ = name
+    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
+                types.int64, types.int64, types.int64, types.int64)
+    return Kernel(fn, argtypes, name=name, fastmath=False)
+
+
+# -------------------------------------------------------------------------------------- plan
+
+class GemvMmaPlan:
+    """Pre-built launch for one (weights, M); ``run`` rewrites A/Y pointers and launches."""
+
+    route = ROUTE
+
+    def __init__(self, weights, M: int, tactic: Tactic):
+        self.M, self.N, self.K = M, weights.N, weights.K
+        self.dtype = weights.dtype
+        self.tactic = tactic
+        pk = prepack(weights)
+        self.packed = pk
+        MT = 1 if M <= 8 else 2
+        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind)
+        self.kernel = k.name
+        self._kernel = k
+        zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)
+        self._elem = np.uint16 if weights.dtype == "bfloat16" else np.float16
+        dummy_a = weights.dummy(np.uint32)
+        dummy_y = weights.dummy(self._elem)
+        sc = pk.scales
+        grid = -(-self.N // (TILE_N * tactic.tpw))
+        self._launch = k.bind(grid, 32 * tactic.warps,
+                              (dummy_a, pk.bq, sc, zp, dummy_y, M, self.K, self.N, pk.n_super))
+
+    def run(self, a: DevArray, out: DevArray, stream: int = 0) -> None:
+        M, K, N = self.M, self.K, self.N
+        if a.ptr % 16:
+            raise ValueError("gemv_mma: A must be 16-byte aligned")
+        self._launch.set_array(0, a.view(np.uint32, (M * K // 2,)))
+        self._launch.set_array(4, out.view(self._elem, (M * N,)))
+        self._launch.launch(stream)
+
+
+def build(weights, problem, config=None, tactic: Tactic | None = None) -> GemvMmaPlan:
+    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``."""
+    if not supports(problem):
+        raise ValueError(f"gemv_mma does not support {problem.describe()}")
+    if weights.bits != 4 or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
+        raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
+    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size)
+    return GemvMmaPlan(weights, problem.M, tac)

@@ -1,0 +1,157 @@
+"""Tensor-core small-M GEMV (kernels/gemv_mma.py) against the float64 oracle.
+
+Tiny shapes on the simulator, larger ones on a GPU (same tests, ``SHAPES`` picks)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from numba_nbits.arrays import np_dtype, to_device, to_host
+from numba_nbits.dispatch.problem import Problem
+from numba_nbits.formats import quantize, unpack_codes
+from numba_nbits.kernels import gemv_mma as G
+from numba_nbits.launch import simulated
+from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
+from numba_nbits.weights import build_weights
+
+SIM = simulated()
+DTYPES = ("float16", "bfloat16")
+
+
+def _make(rng, N, K, bs, dtype, zp_kind, M):
+    W = rng.standard_normal((N, K)).astype(np.float32).astype(np_dtype(dtype))
+    B, sc, zp = quantize(W, 4, bs, symmetric=(zp_kind == "none"))
+    if zp_kind == "packed":  # make every zero point and code arbitrary (not just quantizer output)
+        zp = rng.integers(0, 256, zp.shape).astype(np.uint8)
+    w = build_weights(B, sc, zp, K=K, N=N, bits=4, block_size=bs, simulated=SIM)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float32).astype(np_dtype(dtype))
+    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    return w, A, ref
+
+
+def _run(w, A, M, tactic=None, pad_rows=1):
+    N, K = w.N, w.K
+    dt = w.np_dtype
+    p = Problem(M=M, N=N, K=K, bits=4, block_size=w.block_size, dtype=w.dtype, zero_points=w.zp_kind)
+    assert G.supports(p)
+    plan = G.build(w, p, None, tactic)
+    a = to_device(A, SIM)
+    # poisoned output with extra rows after it: the kernel must write every entry of (M, N) and nothing else
+    big = to_device(np.full((M + pad_rows, N), np.nan, np.float32).astype(dt), SIM)
+    out = big.offset(0, (M, N))
+    plan.run(a, out, 0)
+    plan.run(a, out, 0)  # rerunnable
+    y = to_host(big)
+    assert np.all(np.isnan(y[M:].astype(np.float32))), "wrote past the output"
+    return y[:M]
+
+
+def _check(y, ref, dtype):
+    assert not np.any(np.isnan(y.astype(np.float32))), "some outputs were not written"
+    err = relative_error(y, ref)
+    assert err < TOLERANCES[dtype], err
+
+
+if SIM:
+    CASES = [  # (M, N, K, block, dtype, zp, tactic)
+        (1, 16, 64, 32, "float16", "none", G.Tactic(1, 1, 1)),
+        (8, 24, 40, 32, "float16", "packed", G.Tactic(1, 1, 1)),  # N % 16 != 0, K < block multiple
+        (15, 16, 64, 16, "bfloat16", "packed", G.Tactic(1, 1, 1)),
+        (16, 8, 128, 64, "float16", "packed", G.Tactic(1, 2, 1)),
+        (5, 40, 136, 128, "bfloat16", "none", G.Tactic(2, 1, 1)),  # K % 64 != 0, tpw 2 with a partial tile
+        (9, 16, 192, 16, "float16", "none", G.Tactic(1, 2, 2)),  # split-K + unroll, many blocks
+        (2, 16, 96, 32, "bfloat16", "packed", G.Tactic(1, 1, 2)),
+        (16, 16, 64, 64, "bfloat16", "none", G.Tactic(1, 1, 1)),
+    ]
+    # every block size x dtype x zero-point kind, M cycling through the boundary values
+    _Ms = itertools.cycle((1, 8, 15, 16, 3))
+    CASES += [(next(_Ms), 24, 72, bs, dt, zp, G.Tactic(1, 1, 1))
+              for bs, dt, zp in itertools.product(G.BLOCK_SIZES, DTYPES, ("none", "packed"))]
+else:
+    CASES = [(M, N, K, bs, dt, zp, None)
+             for (M, (N, K), bs, dt, zp) in itertools.product(
+                 (1, 4, 8, 9, 15, 16), ((1032, 2056), (24, 136)), G.BLOCK_SIZES, DTYPES, ("none", "packed"))]
+    CASES += [(M, 4096, 4096, bs, "float16", "packed", None) for M in (1, 16) for bs in (32, 128)]
+
+
+@pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", CASES)
+def test_gemv_mma_matches_reference(rng, M, N, K, bs, dtype, zp, tactic):
+    w, A, ref = _make(rng, N, K, bs, dtype, zp, M)
+    y = _run(w, A, M, tactic)
+    _check(y, ref, dtype)
+
+
+@pytest.mark.skipif(SIM, reason="tactic sweep: GPU only")
+@pytest.mark.parametrize("tactic", [G.Tactic(t, wps, u) for t in (1, 2) for wps in (1, 2, 4, 8) for u in (1, 2)])
+@pytest.mark.parametrize("M", [1, 16])
+def test_gemv_mma_tactics_gpu(rng, tactic, M):
+    w, A, ref = _make(rng, 1064, 1096, 32, "float16", "packed", M)
+    _check(_run(w, A, M, tactic), ref, "float16")
+
+
+def test_gemv_mma_all_m_one_weights(rng):
+    """Every M from 1 to 16 on the same weights (one m-tile up to 8, two above)."""
+    Ms = (1, 8, 9, 16) if SIM else range(1, 17)
+    w, A16, _ = _make(rng, 16, 64, 64, "float16", "packed", 16)
+    for M in Ms:
+        ref = matmul_nbits_ref(A16[:M], w.host["B"], w.host["scales"], w.host["zero_points"], K=w.K, N=w.N,
+                               bits=4, block_size=64)
+        _check(_run(w, np.ascontiguousarray(A16[:M]), M, G.Tactic(1, 1, 1) if SIM else None), ref, "float16")
+
+
+def test_supports_guards():
+    base = dict(N=4096, K=4096, bits=4, block_size=32, dtype="float16")
+    assert G.supports(Problem(M=1, **base))
+    assert G.supports(Problem(M=16, **base))
+    assert not G.supports(Problem(M=17, **base))
+    assert not G.supports(Problem(M=0, **base))
+    assert not G.supports(Problem(M=1, **{**base, "dtype": "float32"}))
+    assert not G.supports(Problem(M=1, **{**base, "bits": 8}))
+    assert not G.supports(Problem(M=1, **{**base, "block_size": 256}))
+    assert not G.supports(Problem(M=1, **{**base, "N": 4100}))
+    assert not G.supports(Problem(M=1, **{**base, "K": 4100}))
+    assert not G.supports(Problem(M=1, zero_points="typed", **base))
+    assert not G.supports(Problem(M=1, has_g_idx=True, **base))
+    assert G.supports(Problem(M=1, zero_points="packed", has_bias=True, **base))  # bias added by the route
+
+
+@pytest.mark.parametrize("bs", G.BLOCK_SIZES)
+@pytest.mark.parametrize("N,K", [(8, 40), (40, 200), (32, 256)])
+def test_prepack_round_trip(rng, bs, N, K):
+    kb = -(-K // bs)
+    codes = rng.integers(0, 16, (N, kb * bs)).astype(np.uint8)
+    ks, kg, n_super, K_pad = G._geometry(K, bs)
+    words = G.pack_codes_for_mma(codes, K_pad, bs)
+    n_pad = -(-N // G.ROW_PAD) * G.ROW_PAD
+    assert words.size * 8 == n_pad * K_pad  # 8 codes per word
+    back = G.unpack_codes_from_mma(words, N, K_pad, bs)
+    np.testing.assert_array_equal(back[:, :kb * bs], codes)
+    assert not back[:, kb * bs:].any()
+
+
+def test_prepack_fragment_positions(rng):
+    """Word (tile 0, chunk 0, lane (g, t), step s) nibble r = fragment register r's low half."""
+    bs = 64
+    codes = rng.integers(0, 16, (32, 64)).astype(np.uint8)
+    words = G.pack_codes_for_mma(codes, 64, bs).reshape(2, 1, 32, 4)
+    for lane in (0, 5, 31):
+        g, t = lane >> 2, lane & 3
+        for s in range(4):
+            wd = int(words[0, 0, lane, s])
+            k0 = 16 * t + 4 * s  # KG = 64, SG = 4: physical k of logical column 2t
+            assert (wd >> 0) & 15 == codes[g, k0] and (wd >> 16) & 15 == codes[g, k0 + 1]  # a0
+            assert (wd >> 4) & 15 == codes[g + 8, k0] and (wd >> 20) & 15 == codes[g + 8, k0 + 1]  # a1
+            assert (wd >> 8) & 15 == codes[g, k0 + 2] and (wd >> 24) & 15 == codes[g, k0 + 3]  # a2
+            assert (wd >> 12) & 15 == codes[g + 8, k0 + 2] and (wd >> 28) & 15 == codes[g + 8, k0 + 3]  # a3
+
+
+def test_prepack_built_once(rng):
+    w, A, ref = _make(rng, 16, 64, 32, "float16", "none", 2)
+    p1 = G.prepack(w)
+    p2 = G.prepack(w)
+    assert p1 is p2
+    codes = unpack_codes(w.host["B"], w.K, 4, 32)
+    back = G.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
+    np.testing.assert_array_equal(back[:, :w.K], codes)
