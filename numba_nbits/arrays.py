@@ -201,8 +201,8 @@ def adapt_input(x, name: str, simulated: bool) -> ArrayIn:
             if not host.flags.c_contiguous:
                 raise ValueError(f"{name}: device arrays must be C-contiguous (got strides {host.strides})")
             return ArrayIn(DevArray(0, host.shape, host.strides, host.dtype, host), "numba", 0, 0, x)
-        raise TypeError(f"{name}: under the CUDA simulator only NumPy arrays and numba (simulated) device "
-                        f"arrays are accepted, got {type(x).__name__}")
+        raise TypeError(f"{name}: expected a NumPy array or a CUDA array; under the CUDA simulator only NumPy "
+                        f"arrays and numba (simulated) device arrays are accepted, got {type(x).__name__}")
     if _is_torch(x):
         if x.device.type != "cuda":
             raise TypeError(f"{name}: torch tensor must be on a CUDA device (got device '{x.device}')")

@@ -2,31 +2,21 @@
 
 The choice must be made before numba is imported, so it happens here, at collection start:
 ``NUMBA_ENABLE_CUDASIM`` set by the user wins; otherwise the CUDA driver is asked (through ctypes,
-without importing numba) whether a device exists.
+without importing numba, ``numba_nbits.probe``) whether a device exists.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import zlib
 
 import numpy as np
 import pytest
 
-
-def _gpu_present() -> bool:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    if lib.cuInit(0) != 0:
-        return False
-    n = ctypes.c_int(0)
-    return lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0
+from numba_nbits.probe import gpu_present
 
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ:
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if _gpu_present() else "1"
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"

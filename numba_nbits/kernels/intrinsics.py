@@ -403,3 +403,58 @@ else:  # pragma: no cover - compiled on a GPU only
 
     fma_f16x2 = _fma_intrinsic("f16")
     fma_bf16x2 = _fma_intrinsic("bf16")
+
+
+# ----------------------------------------------------------------------- vector stores (global)
+# ``st_v4(arr, i, a, b, c, d)`` writes 16 bytes (``st.global.v4.b32``) at uint32 element ``i`` of a
+# 1-D uint32 array; ``st_v2`` writes 8 bytes. The caller guarantees 16- / 8-byte alignment.
+
+
+def _st_v4_py(arr, i, a, b, c, d):
+    j = int(i)
+    arr[j], arr[j + 1], arr[j + 2], arr[j + 3] = np.uint32(a), np.uint32(b), np.uint32(c), np.uint32(d)
+
+
+def _st_v2_py(arr, i, a, b):
+    j = int(i)
+    arr[j], arr[j + 1] = np.uint32(a), np.uint32(b)
+
+
+TWINS.update({"st_v4": _st_v4_py, "st_v2": _st_v2_py})
+
+if SIMULATED:
+    st_v4 = _st_v4_py
+    st_v2 = _st_v2_py
+else:  # pragma: no cover - compiled on a GPU only
+    def _st_intrinsic(n: int):
+        regs = ",".join(f"${k + 1}" for k in range(n))
+        ptx = f"st.global.v{n}.b32 [$0], {{{regs}}};"
+        cons = "l," + ",".join(["r"] * n)
+
+        def typer(typingctx, arr, idx, *vals):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)
+                    and len(vals) == n and all(isinstance(v, types.Integer) for v in vals)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                i = args[1]
+                i = builder.sext(i, _I64) if i.type.width < 64 else i
+                p = builder.gep(ary.data, [i])
+                fnty = ir.FunctionType(ir.VoidType(), [_I64] + [_I32] * n)
+                asm = ir.InlineAsm(fnty, ptx, cons, side_effect=True)
+                builder.call(asm, [builder.ptrtoint(p, _I64)] + [_to_i32(builder, v) for v in args[2:]])
+                return context.get_dummy_value()
+
+            return types.void(arr, idx, *vals), codegen
+
+        return typer
+
+    def _st_v4(typingctx, arr, idx, a, b, c, d):
+        return _st_intrinsic(4)(typingctx, arr, idx, a, b, c, d)
+
+    def _st_v2(typingctx, arr, idx, a, b):
+        return _st_intrinsic(2)(typingctx, arr, idx, a, b)
+
+    st_v4 = intrinsic(_st_v4)
+    st_v2 = intrinsic(_st_v2)

@@ -1,0 +1,84 @@
+"""Why a route was chosen: ``numba_nbits.explain(...)`` and ``python -m numba_nbits.explain``.
+
+Example::
+
+    python -m numba_nbits.explain --M 1 --N 4096 --K 4096 --bits 4 --block-size 32 --bias
+
+prints the problem, the configuration values that differ from the defaults, and the dispatch chain
+with a tick for the chosen route and, for every route before it, the guard that rejected it. Env
+vars are read (as the operator would read them) unless ``--no-env`` is given; ``--config KEY=VALUE``
+adds session-config keys. ``--routes`` prints the route table (the README's, generated from
+``dispatch/routes.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Mapping, Optional
+
+from .config import Config, load_config
+from .dispatch.problem import Problem
+from .dispatch.routes import ROUTES
+from .dispatch.select import Decision, select
+
+
+def explain(M: int, N: int, K: int, bits: int = 4, block_size: int = 32, dtype: str = "float16",
+            zero_points: str = "none", g_idx: bool = False, bias: bool = False, sm: int = 90,
+            config: Mapping | Config | None = None, environ: Optional[Mapping[str, str]] = None) -> Decision:
+    """The dispatch decision for a problem (``print(decision.explain())`` shows the chain)."""
+    problem = Problem(M=M, N=N, K=K, bits=bits, block_size=block_size, dtype=dtype, zero_points=zero_points,
+                      has_g_idx=g_idx, has_bias=bias, sm=sm)
+    return select(problem, load_config(environ, config))
+
+
+def route_table_markdown() -> str:
+    """The route table as markdown: order, route, kernel family, bias handling, guards."""
+    lines = ["| # | route | kernel module | bias | guards (all must hold) |", "|---|---|---|---|---|"]
+    for i, r in enumerate(ROUTES, 1):
+        guards = "; ".join(f"`{g.text}`" for g in r.guards)
+        bias = {"fused": "fused in kernel", "add": "bias-add kernel after"}[r.bias]
+        lines.append(f"| {i} | `{r.name}` — {r.summary} | `kernels/{r.family}.py` | {bias} | {guards} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m numba_nbits.explain", description=__doc__.splitlines()[0])
+    p.add_argument("--M", type=int, default=1)
+    p.add_argument("--N", type=int, default=4096)
+    p.add_argument("--K", type=int, default=4096)
+    p.add_argument("--bits", type=int, default=4, choices=(2, 4, 8))
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--zero-points", default="none", choices=("none", "packed", "typed"))
+    p.add_argument("--g-idx", action="store_true")
+    p.add_argument("--bias", action="store_true")
+    p.add_argument("--sm", type=int, default=90, help="compute capability as major*10+minor (default 90)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="session-config key")
+    p.add_argument("--no-env", action="store_true", help="ignore environment variables")
+    p.add_argument("--routes", action="store_true", help="print the route table and exit")
+    args = p.parse_args(argv)
+    if args.routes:
+        print(route_table_markdown())
+        return 0
+    cfg = {}
+    for kv in args.config:
+        k, _, v = kv.partition("=")
+        cfg[k] = v
+    config = load_config({} if args.no_env else None, cfg)
+    d = explain(args.M, args.N, args.K, args.bits, args.block_size, args.dtype, args.zero_points, args.g_idx,
+                args.bias, args.sm, config=config)
+    prob = Problem(args.M, args.N, args.K, args.bits, args.block_size, args.dtype, args.zero_points, args.g_idx,
+                   args.bias, args.sm)
+    print(f"problem: {prob.describe()}")
+    changed = [ln for ln in config.explain().splitlines() if "default" not in ln]
+    if changed:
+        print("config (non-default):")
+        print("\n".join("  " + ln.strip() for ln in changed))
+    print("dispatch chain:")
+    print(d.explain())
+    print(f"route: {d.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

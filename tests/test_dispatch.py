@@ -1,0 +1,186 @@
+"""CPU-only dispatch tests: the route for one canonical problem per route, each guard's boundary, the
+rejection reasons, config/env steering, forcing, and the generated route table. No kernel launches."""
+from __future__ import annotations
+
+import pytest
+
+from numba_nbits.config import load_config
+from numba_nbits.dispatch.problem import Problem
+from numba_nbits.dispatch.routes import ROUTE_NAMES, ROUTES, ROUTER_SHAPES
+from numba_nbits.dispatch.select import select
+from numba_nbits.explain import explain, main, route_table_markdown
+
+CFG = load_config({})
+
+
+def P(**kw):
+    base = dict(M=1, N=4096, K=4096, bits=4, block_size=32, dtype="float16")
+    base.update(kw)
+    return Problem(**base)
+
+
+def route(p, cfg=CFG):
+    return select(p, cfg).name
+
+
+def rejected_by(p, route_name, cfg=CFG):
+    d = select(p, cfg)
+    for r, g, _ in d.reasons:
+        if r == route_name:
+            return g
+    raise AssertionError(f"{route_name} not rejected (chosen: {d.name})")
+
+
+@pytest.mark.parametrize("problem, expected", [
+    (P(N=32, K=2880, block_size=32, has_bias=True), "router_gemv"),
+    (P(), "gemv_w4"),
+    (P(M=16, block_size=128), "gemv_w4"),
+    (P(bits=8, M=5, block_size=128), "gemv_w8"),
+    (P(bits=2, M=8, block_size=64), "gemv_w2"),
+    (P(M=17), "dequant_cublas"),
+    (P(M=64, N=131072, K=4096), "dequant_cublas_chunked"),
+    (P(zero_points="typed"), "dequant_cublas"),
+    (P(has_g_idx=True), "dequant_cublas"),
+])
+def test_canonical_route(problem, expected):
+    assert route(problem) == expected
+
+
+def test_bias_modes():
+    assert select(P(N=32, K=2880, has_bias=True), CFG).bias == "fused"
+    assert select(P(has_bias=True), CFG).bias == "add"  # ORT's retry without bias + bias-add kernel
+    assert select(P(M=100, has_bias=True), CFG).bias == "add"
+    assert select(P(), CFG).bias == "none"
+
+
+# ---------------------------------------------------------------------- guard boundaries: 4-bit
+@pytest.mark.parametrize("kw, ok, guard", [
+    (dict(M=16), True, None), (dict(M=17), False, "m_le_16"),
+    (dict(N=4104), True, None), (dict(N=4100), False, "n_mult_8"),
+    (dict(K=4104), True, None), (dict(K=4100), False, "k_mult_8"),
+    (dict(block_size=16), True, None), (dict(block_size=128), True, None),
+    (dict(block_size=256), False, "block_in_16_32_64_128"),
+    (dict(zero_points="packed"), True, None), (dict(zero_points="typed"), False, "zp_not_typed"),
+    (dict(has_g_idx=True), False, "no_g_idx"),
+    (dict(K=4096 * 8, block_size=16, dtype="float32"), False, "smem_gate_w4"),
+])
+def test_gemv_w4_boundaries(kw, ok, guard):
+    p = P(**kw)
+    if ok:
+        assert route(p) == "gemv_w4"
+    else:
+        assert route(p) != "gemv_w4"
+        assert rejected_by(p, "gemv_w4") == guard
+
+
+def test_block_256_m1_falls_back_instead_of_throwing():
+    # ORT throws "block size 256 is not supported" here; we serve it with the universal route.
+    assert route(P(block_size=256)) == "dequant_cublas"
+
+
+# ---------------------------------------------------------------------- guard boundaries: 8-bit
+@pytest.mark.parametrize("kw, ok, guard", [
+    (dict(M=5), True, None), (dict(M=6), False, "m_le_5"),
+    (dict(block_size=256), True, None), (dict(block_size=512), False, "block_divides_256"),
+    (dict(K=4096 + 64, block_size=128), False, "k_mult_block"),
+    (dict(N=4100), False, "n_mult_8"),
+])
+def test_gemv_w8_boundaries(kw, ok, guard):
+    base = dict(bits=8, block_size=128)
+    base.update(kw)
+    p = P(**base)
+    if ok:
+        assert route(p) == "gemv_w8"
+    else:
+        assert rejected_by(p, "gemv_w8") == guard
+
+
+# ---------------------------------------------------------------------- guard boundaries: 2-bit
+@pytest.mark.parametrize("kw, ok, guard", [
+    (dict(M=8), True, None), (dict(M=9), False, "m_le_8"),
+    (dict(K=4104), False, "k_mult_16"),
+    (dict(block_size=512), True, None), (dict(block_size=1024), False, "block_divides_512"),
+    (dict(K=4096 + 32, block_size=64), False, "k_mult_block"),
+])
+def test_gemv_w2_boundaries(kw, ok, guard):
+    base = dict(bits=2, block_size=64)
+    base.update(kw)
+    p = P(**base)
+    if ok:
+        assert route(p) == "gemv_w2"
+    else:
+        assert rejected_by(p, "gemv_w2") == guard
+
+
+# ---------------------------------------------------------------------- router
+def test_router_guards():
+    p = P(N=32, K=2880, has_bias=True)
+    assert route(p) == "router_gemv"
+    assert rejected_by(P(N=32, K=2880, zero_points="packed"), "router_gemv") == "no_zero_points"
+    assert rejected_by(P(N=32, K=2880, M=2), "router_gemv") == "m_is_1"
+    assert rejected_by(P(N=32, K=2880, block_size=128), "router_gemv") == "block_in_32_64"
+    assert rejected_by(P(N=40, K=2880), "router_gemv") == "router_shape"
+    off = load_config({"ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION": "1"})
+    assert route(p, off) == "gemv_w4"
+    assert rejected_by(p, "router_gemv", off) == "router_enabled"
+    assert select(p, off).bias == "add"
+    assert (32, 2880) in ROUTER_SHAPES
+
+
+# ---------------------------------------------------------------------- chunking
+def test_chunk_rule():
+    big = P(M=64, N=65537, K=4096)  # N*K_pad*2 = 512 MiB > 256 MiB and N > 2*32768
+    assert route(big) == "dequant_cublas_chunked"
+    assert route(P(M=64, N=65536, K=4096)) == "dequant_cublas"  # N == 2*chunk: not chunked
+    assert route(P(M=64, N=28672, K=8192)) == "dequant_cublas"  # 448 MiB but N <= 2*chunk
+    forced = load_config({"ORT_MATMULNBITS_FORCE_CHUNKED": "1"})
+    assert route(P(M=64), forced) == "dequant_cublas_chunked"
+    assert route(P(M=64, has_g_idx=True), forced) == "dequant_cublas"  # chunking needs no g_idx
+    small_chunks = load_config({"ORT_MATMULNBITS_CHUNK_SIZE": "1024"})
+    assert route(P(M=64, N=32768, K=4096), small_chunks) == "dequant_cublas"  # 256 MiB is not > 256 MiB
+    assert route(P(M=64, N=32776, K=4096), small_chunks) == "dequant_cublas_chunked"
+    limit = load_config({"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1", "ORT_MATMULNBITS_CHUNK_SIZE": "64"})
+    assert route(P(M=64, N=1024, K=1024), limit) == "dequant_cublas_chunked"
+
+
+# ---------------------------------------------------------------------- forcing
+def test_force_route():
+    cfg = load_config({}, {"numba_nbits.force_route": "dequant_cublas"})
+    d = select(P(), cfg)
+    assert d.name == "dequant_cublas" and d.forced
+    env = load_config({"NUMBA_NBITS_FORCE_ROUTE": "dequant_cublas_chunked"})
+    assert select(P(), env).name == "dequant_cublas_chunked"  # forcing chunked skips the size rule
+    with pytest.raises(ValueError, match="forced route 'gemv_w8' cannot serve .* bits_8"):
+        select(P(), load_config({}, {"numba_nbits.force_route": "gemv_w8"}))
+    with pytest.raises(ValueError, match="unknown route 'nope'"):
+        select(P(), load_config({}, {"numba_nbits.force_route": "nope"}))
+
+
+def test_reasons_and_explain_text():
+    d = select(P(M=17), CFG)
+    assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_cublas")])
+    text = d.explain()
+    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text
+    assert explain(17, 4096, 4096).name == "dequant_cublas"
+
+
+def test_explain_cli(capsys):
+    assert main(["--M", "1", "--N", "4096", "--K", "4096", "--bits", "4", "--block-size", "32", "--bias",
+                 "--no-env"]) == 0
+    out = capsys.readouterr().out
+    assert "route: gemv_w4" in out and "(+ bias-add kernel)" in out
+    assert main(["--routes"]) == 0
+    assert "dequant_cublas" in capsys.readouterr().out
+
+
+def test_route_table_lists_every_route_and_guard():
+    md = route_table_markdown()
+    for r in ROUTES:
+        assert f"`{r.name}`" in md
+        for g in r.guards:
+            assert g.text in md
+
+
+def test_decisions_are_cached():
+    p = P(M=3)
+    assert select(p, CFG) is select(p, CFG)
