@@ -1,0 +1,228 @@
+"""PyTorch integration: ``QuantLinear`` (a weight-only quantized ``nn.Linear``) and ``quantize_model_``.
+
+Optional extra ``torch`` (``pip install 'numba_nbits[torch]'``). Importing ``numba_nbits`` never
+imports torch; importing ``numba_nbits.torch`` does (and fails with a clear ImportError without it).
+
+    import torch
+    from numba_nbits.torch import QuantLinear, quantize_model_
+
+    model = quantize_model_(model.cuda(), bits=4, block_size=32)   # every nn.Linear, in place
+    y = model(x.cuda())                                             # runs numba_nbits kernels
+
+``QuantLinear`` holds the ONNX ``MatMulNBits`` tensors as buffers -- ``qweight`` (B, uint8
+``[N, k_blocks, block_size*bits/8]``), ``scales`` ``[N, k_blocks]``, and when present
+``zero_points`` (packed uint8), ``g_idx`` (int32) and ``bias`` -- so ``state_dict()`` /
+``load_state_dict()`` / ``torch.save`` round-trip them, and ``.to()``/``.cuda()``/``.half()``
+move or cast them like any buffer. The bytes are exactly what ONNX Runtime's quantizer writes
+(``numba_nbits.quantize``), so a state dict can be turned into a MatMulNBits node and back.
+
+``forward(x)`` takes a CUDA tensor of any leading shape ``[..., in_features]`` in float32, float16
+or bfloat16 and returns ``[..., out_features]`` in x's dtype, computed by ``numba_nbits.MatMulNBits``
+zero-copy on torch's current stream (the output comes from torch's caching allocator). The operator
+is built -- weights uploaded with scales/bias cast to x's dtype -- on the first call for each (dtype,
+device) and rebuilt when a buffer is modified or moved. Under ``torch.cuda.graph`` it captures like
+any kernel once warmed up: run the module eagerly with the same input shape first (that builds the
+operator and its launch plan for that M; building cannot happen during capture). CPU tensors are
+refused (``RuntimeError`` saying to move the module and input to CUDA).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+try:
+    import torch
+    from torch import nn
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise ImportError("numba_nbits.torch needs PyTorch; install the extra: pip install 'numba_nbits[torch]'") from e
+
+__all__ = ["QuantLinear", "quantize_model_"]
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _to_numpy(t) -> Optional[np.ndarray]:
+    """A host NumPy copy of a tensor (bfloat16 as ml_dtypes.bfloat16); NumPy arrays pass through."""
+    if t is None:
+        return None
+    if isinstance(t, np.ndarray):
+        return t
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        from .arrays import bfloat16
+
+        return t.view(torch.int16).numpy().view(bfloat16())
+    return t.numpy()
+
+
+def _to_torch(a, device=None) -> Optional["torch.Tensor"]:
+    if a is None:
+        return None
+    if isinstance(a, torch.Tensor):
+        return a.detach().to(device) if device is not None else a.detach()
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a.copy())
+    return t.to(device) if device is not None else t
+
+
+def _np_dtype(tdt):
+    from .arrays import bfloat16
+
+    return {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+            torch.bfloat16: bfloat16()}[tdt]
+
+
+class QuantLinear(nn.Module):
+    """``y = x @ dequant(qweight).T + bias``: an ``nn.Linear`` whose weight is MatMulNBits-quantized.
+
+    Construct from MatMulNBits tensors (torch tensors or NumPy arrays, ONNX layouts; validated by
+    ``numba_nbits.schema``), from an ``nn.Linear`` with ``from_linear``, or as an all-zero skeleton
+    to load a state dict into with ``empty``. ``config`` is passed to ``numba_nbits.MatMulNBits``.
+    """
+
+    def __init__(self, B, scales, zero_points=None, bias=None, *, in_features: int, out_features: int,
+                 bits: int = 4, block_size: int = 32, g_idx=None, config=None):
+        super().__init__()
+        from . import schema
+
+        attrs = schema.check_attributes(in_features, out_features, bits, block_size)
+        Bn, sn, zn, gn, bn, _ = schema.check_constant_inputs(
+            attrs, _to_numpy(B), _to_numpy(scales), _to_numpy(zero_points), _to_numpy(g_idx), _to_numpy(bias))
+        device = B.device if isinstance(B, torch.Tensor) else None
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.bits, self.block_size = int(bits), int(block_size)
+        self.config = config
+        self.register_buffer("qweight", _to_torch(Bn, device))
+        self.register_buffer("scales", _to_torch(np.asarray(sn).reshape(attrs.N, attrs.k_blocks), device))
+        self.register_buffer("zero_points", _to_torch(zn, device))
+        self.register_buffer("g_idx", _to_torch(gn, device))
+        self.register_buffer("bias", _to_torch(bn, device))
+        self._ops = {}
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_linear(cls, linear: "nn.Linear", bits: int = 4, block_size: int = 32, symmetric: bool = True,
+                    config=None) -> "QuantLinear":
+        """Quantize ``linear.weight`` exactly like ONNX Runtime's MatMulNBitsQuantizer (RTN, per block of
+        ``block_size`` along in_features; scales in the weight's dtype; packed zero points when
+        ``symmetric=False``). in_features need not be a multiple of block_size."""
+        from .formats import quantize
+
+        W = linear.weight
+        if W.dtype not in _FLOATS:
+            raise TypeError(f"from_linear: weight dtype must be float32, float16 or bfloat16, got {W.dtype}")
+        B, s, zp = quantize(_to_numpy(W), bits, block_size, symmetric)
+        q = cls(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
+                bits=bits, block_size=block_size, config=config)
+        return q.to(W.device)
+
+    @classmethod
+    def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
+              bias: bool = True, dtype=torch.float32, device=None, config=None) -> "QuantLinear":
+        """A zero-filled module with the buffers of ``from_linear(..., symmetric)``, to ``load_state_dict`` into."""
+        from .formats import blob_size, k_blocks, zp_blob_size
+
+        kb = k_blocks(in_features, block_size)
+        B = np.zeros((out_features, kb, blob_size(block_size, bits)), np.uint8)
+        s = np.zeros((out_features, kb), _np_dtype(dtype))
+        zp = None if symmetric else np.zeros((out_features, zp_blob_size(kb, bits)), np.uint8)
+        b = np.zeros(out_features, _np_dtype(dtype)) if bias else None
+        q = cls(B, s, zp, b, in_features=in_features, out_features=out_features, bits=bits, block_size=block_size,
+                config=config)
+        return q.to(device) if device is not None else q
+
+    # ------------------------------------------------------------------ helpers
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
+                f"block_size={self.block_size}, symmetric={self.zero_points is None}, bias={self.bias is not None}")
+
+    def dequantize_weight(self) -> "torch.Tensor":
+        """The dequantized weight ``[out_features, in_features]`` as a float32 CPU tensor (host math)."""
+        from .formats import dequantize_host
+
+        s = _to_numpy(self.scales).astype(np.float32)
+        w = dequantize_host(_to_numpy(self.qweight), s, _to_numpy(self.zero_points), _to_numpy(self.g_idx),
+                            K=self.in_features, N=self.out_features, bits=self.bits, block_size=self.block_size)
+        return torch.from_numpy(np.asarray(w, dtype=np.float32).copy())
+
+    def _buffers_key(self):
+        return tuple((t.data_ptr(), t._version) if t is not None else None
+                     for t in (self.qweight, self.scales, self.zero_points, self.g_idx, self.bias))
+
+    def _op_for(self, x: "torch.Tensor"):
+        dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        slot = (x.dtype, dev)
+        key = self._buffers_key()
+        hit = self._ops.get(slot)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("QuantLinear: the operator for this dtype/device is not built (or its buffers "
+                               "changed); run the module once eagerly before CUDA graph capture")
+        from numba import cuda
+
+        from .op import MatMulNBits
+
+        npdt = _np_dtype(x.dtype)
+
+        def cast(t):
+            a = _to_numpy(t)
+            if a is None:
+                return None
+            return a if a.dtype == npdt else a.astype(np.float32).astype(npdt)
+
+        zp = _to_numpy(self.zero_points)
+        if zp is not None and zp.dtype != np.uint8:
+            zp = cast(self.zero_points)
+        with cuda.gpus[dev]:
+            op = MatMulNBits(_to_numpy(self.qweight), cast(self.scales), zp, _to_numpy(self.g_idx), cast(self.bias),
+                             K=self.in_features, N=self.out_features, bits=self.bits, block_size=self.block_size,
+                             config=self.config)
+        self._ops[slot] = (key, op)
+        return op
+
+    def operator(self, dtype=torch.float16, device=None):
+        """The ``numba_nbits.MatMulNBits`` used for inputs of ``dtype`` on ``device`` (built if needed)."""
+        probe = torch.empty(0, dtype=dtype, device=device or "cuda")
+        return self._op_for(probe)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"QuantLinear expects a torch.Tensor, got {type(x).__name__}")
+        if x.device.type != "cuda":
+            raise RuntimeError(f"QuantLinear runs numba_nbits CUDA kernels and needs a CUDA tensor, got one on "
+                               f"'{x.device}'; move the model and its inputs to the GPU (model.cuda(), x.cuda())")
+        if x.dtype not in _FLOATS:
+            raise TypeError(f"QuantLinear: input dtype must be float32, float16 or bfloat16, got {x.dtype}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"QuantLinear: input's last dimension must be in_features={self.in_features}, "
+                             f"got shape {tuple(x.shape)}")
+        lead = tuple(x.shape[:-1])
+        x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] == 0:
+            return x.new_empty(lead + (self.out_features,))
+        op = self._op_for(x)
+        y = op(x2.contiguous())
+        return y.reshape(lead + (self.out_features,))
+
+
+def quantize_model_(model: "nn.Module", bits: int = 4, block_size: int = 32, symmetric: bool = True,
+                    skip: Callable[[str, "nn.Module"], bool] = lambda name, mod: False, config=None) -> "nn.Module":
+    """Replace every ``nn.Linear`` in ``model`` (recursively, in place) by ``QuantLinear.from_linear``,
+    except those for which ``skip(qualified_name, module)`` is true. Returns ``model``."""
+    targets = []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in parent.named_children():
+            if isinstance(child, nn.Linear):
+                full = f"{parent_name}.{child_name}" if parent_name else child_name
+                if not skip(full, child):
+                    targets.append((parent, child_name, child))
+    for parent, child_name, child in targets:
+        setattr(parent, child_name, QuantLinear.from_linear(child, bits=bits, block_size=block_size,
+                                                            symmetric=symmetric, config=config))
+    return model
