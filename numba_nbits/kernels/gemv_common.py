@@ -1,0 +1,458 @@
+"""The fused CUDA-core GEMV engine shared by ``gemv_w4``, ``gemv_w8``, ``gemv_w2`` and ``router``.
+
+Math
+----
+``Y[m, n] = sum_k A[m, k] * (q[n, k] - zp[n, g]) * scale[n, g]``, ``g = k // block_size``, for
+``k < K`` only (the padded tail of the last block is never used: A is taken as 0 there). Each lane
+forms, per quantization block (or per 32/16/64-code slice of one), the exact fp32 partial sum
+``p = sum_j (q_j - zp) * a_j`` and adds ``scale * p`` to an fp32 accumulator (M tile of 1); for
+M tiles > 1 the dequantized weight ``(q - zp) * scale`` (one fp32 rounding, ORT's form) is formed
+once per code and FMA'd into every row of the tile. Lanes are summed with a shuffle butterfly and
+the result is rounded once to the output dtype (plus ``bias[n]`` in fp32 first when fused).
+
+Decoding without I2F, zero point for free
+-----------------------------------------
+A code field ``q`` of ``b`` bits at bit offset ``o`` of a 32-bit word ``w`` is turned into a float
+by one LOP3 and one FADD: ``u32_as_f32(0x4B000000 | (w & (MASK << o))) = 2^23 + q * 2^o`` exactly
+as long as ``o + b <= 23`` (the field stays in the mantissa). Fields higher up are first brought
+down by one shift of the word by ``SH`` bits (12 for 2/4-bit, 16 for 8-bit; one SHF per word).
+Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
+exactly, so the zero point (default ``2^(bits-1)`` or the packed one) costs nothing per code. The
+``2^o`` factor is cancelled by pre-scaling the activation: ``a'[k] = a[k] * 2^-o(k)``, where
+``o(k)`` depends only on ``k mod codes_per_word``, so it is applied once when A is staged (a power
+of two: exact). Per code and row this leaves LOP3 + FADD + FFMA; the shared-memory read of
+``a'`` is shared by the R rows of a warp.
+
+Packed layout read
+------------------
+B is ``uint8[N, k_blocks, block_size*bits/8]``, each row ``K_padded*bits/8`` contiguous bytes,
+codes low bits first (spec §2.1). The kernel reads B through its flat uint32 view in *chunks* of
+``CHB`` bytes: 16 (``ld.global.nc.v4.u32``: 32 4-bit / 16 8-bit / 64 2-bit codes) when the row
+length is a multiple of 16 bytes (``cuMemAlloc`` bases are 256-byte aligned, so every chunk is
+16-byte aligned), else 8 or 4 bytes (plain 32-bit loads; e.g. 4-bit block 16 with odd k_blocks,
+2-bit rows that are not multiples of 16 bytes). Scales are ``[N, k_blocks]`` in the activation
+dtype; packed zero points ``[N, ceil(k_blocks*bits/8)]`` (spec §2.3).
+
+Thread -> data mapping
+----------------------
+* A block has ``WARPS`` warps; warp ``w`` of row group ``rg`` owns the ``R`` consecutive output
+  rows ``n0 = (rg*WARPS + w)*R ... n0+R-1`` (N % 8 == 0 and R | 8, so a warp's rows are all valid
+  or all invalid). ``blockIdx.y`` selects the M tile (``MT`` rows of A / Y).
+* Lane ``l`` handles chunks ``l, l+32, l+64, ...`` of those rows: for each it issues the ``R*U``
+  independent 16-byte loads of ``U`` chunks of its ``R`` rows first (``U`` unrolled chunks,
+  clamped to the last chunk and masked out when past the end so the loads stay unconditional), then
+  decodes and accumulates. Consecutive lanes read consecutive 16-byte pieces of a row: each warp
+  load instruction is 512 contiguous bytes.
+* A (the ``MT x K`` slice) is staged once per K tile into dynamic shared memory as pre-scaled fp32,
+  laid out ``[mt][chunk][CH + 1]``: the one-float pad per chunk makes the 32 lanes (which read
+  element t of 32 consecutive chunks) hit 32 different banks, while the offsets t stay
+  compile-time immediates. When A of the whole K fits (``SMEM_BUDGET``), it is staged once per
+  block and the block loops over row groups (a persistent grid sized by occupancy on a GPU);
+  otherwise K is cut into balanced tiles with a ``syncthreads`` pair around each staging.
+* The router specialisation (``direct_a``) skips shared memory: a 32 x 2880 problem is latency
+  bound, so each lane reads its A values straight from global memory (L1/L2 hits) in the same
+  round trip as its B loads, and the bias is added in fp32 before the store.
+* Indices are 64-bit (``np.int64`` block index), so N*K beyond 2^31 is fine.
+
+Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
+kind, chunk bytes, M tile, rows per warp, unroll, warps, A source, bias) and compiled once through
+``launch.Kernel``; the generator fully unrolls the per-chunk work into straight-line code, so every
+loaded word, constant and accumulator is a scalar register (no local-memory arrays) and the loads
+of one iteration are all issued before the first use. The same source runs on the simulator.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ..launch import Kernel
+from .dtypes import LOADS, STORES, array_type
+from .intrinsics import ldg_v4, u32_as_f32
+
+#: Shared memory (bytes) a block may use for staged A. 48 KiB needs no opt-in and leaves room for
+#: 4 such blocks per H200 SM (228 KiB); A of K = 11,264 (M tile 1) fits in one tile.
+SMEM_BUDGET = 48 * 1024
+#: Target number of blocks per launch before rows per warp are reduced (2 waves of 132 SMs), so
+#: small-N problems still spread over the whole GPU.
+MIN_BLOCKS = 2 * 132
+#: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
+MAGIC = 8388608.0
+FULL_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One kernel specialisation (every field is a compile-time constant of the generated code)."""
+
+    act: str  # activation dtype name
+    bits: int
+    block_size: int
+    zp_kind: str  # "none" | "packed"
+    chunk_bytes: int  # 16 | 8 | 4
+    mt: int  # rows of A per block (M tile)
+    r: int  # output rows per warp
+    u: int  # chunks per lane per iteration (unroll)
+    warps: int  # warps per block
+    direct_a: bool = False  # read A from global (router) instead of staged shared memory
+    bias: bool = False  # add bias[n] before the store
+
+    @property
+    def codes_per_word(self) -> int:
+        return 32 // self.bits
+
+    @property
+    def ch(self) -> int:  # codes per chunk
+        return self.chunk_bytes * 8 // self.bits
+
+    @property
+    def words(self) -> int:  # words per chunk
+        return self.chunk_bytes // 4
+
+    @property
+    def pad(self) -> int:  # floats per staged chunk
+        return self.ch + 1
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def name(self) -> str:
+        return (f"gemv_w{self.bits}_{self.act}_g{self.block_size}_{self.zp_kind}_c{self.chunk_bytes}_m{self.mt}"
+                f"_r{self.r}u{self.u}w{self.warps}{'_direct' if self.direct_a else ''}{'_bias' if self.bias else ''}")
+
+
+def _shift_of(bits: int) -> int:
+    """Right shift applied to a word before decoding its high fields (keeps fields in the mantissa)."""
+    return 16 if bits == 8 else 12
+
+
+def field_offset(bits: int, j: int) -> tuple[bool, int]:
+    """(from the shifted word?, bit offset) of code j of a word after the optional shift."""
+    o = j * bits
+    if o + bits <= 23:
+        return False, o
+    return True, o - _shift_of(bits)
+
+
+def prescale_exponents(bits: int) -> tuple[int, ...]:
+    """Bit offset o(j) per code position j of a word; staged A is multiplied by 2^-o(j)."""
+    return tuple(field_offset(bits, j)[1] for j in range(32 // bits))
+
+
+def _f(x: float) -> str:
+    return f"np.float32({float(x)!r})"
+
+
+def generate_source(s: Spec) -> str:
+    """Python source of the kernel for specialisation ``s`` (see the module docstring)."""
+    bits, ch, W, mt, R, U = s.bits, s.ch, s.words, s.mt, s.r, s.u
+    cpw = s.codes_per_word
+    mask = (1 << bits) - 1
+    sub = min(ch, s.block_size)  # codes of one chunk under one scale
+    nsub = ch // sub
+    log_bs = int(math.log2(s.block_size))
+    zpb = 8 // bits  # zero points per packed byte
+    default_zp = 1 << (bits - 1)
+    offs = [field_offset(bits, j) for j in range(cpw)]
+    exps = sorted({o for _, o in offs})
+    sh = _shift_of(bits)
+    L: list[str] = []
+
+    def emit(level, text):
+        L.append("    " * level + text)
+
+    emit(0, f"def {s.name}(a, bw, scales, zpp, bias, out, M, N, K, k_blocks, zp_row, row_chunks, "
+            f"tile_chunks, n_groups):")
+    emit(1, "tid = cuda.threadIdx.x")
+    emit(1, "lane = tid & 31")
+    emit(1, "warp = tid >> 5")
+    emit(1, f"m0 = np.int64(cuda.blockIdx.y) * {mt}")
+    emit(1, "um0 = np.uint64(m0)")
+    if not s.direct_a:
+        emit(1, "sa = cuda.shared.array(0, F32T)")
+        emit(1, f"stride_m = tile_chunks * {s.pad}")
+        emit(1, "single = tile_chunks >= row_chunks")
+        emit(1, "staged = False")
+    emit(1, "rg = np.int64(cuda.blockIdx.x)")
+    emit(1, "while rg < n_groups:")
+    emit(2, f"n0 = (rg * {s.warps} + warp) * {R}")
+    emit(2, "active = n0 < N")
+    for r in range(R):
+        emit(2, f"row{r} = n0 + {r}")
+    for m in range(mt):
+        for r in range(R):
+            emit(2, f"acc{m}_{r} = np.float32(0.0)")
+    emit(2, "c0 = np.int64(0)")
+    emit(2, "while c0 < row_chunks:")
+    emit(3, "nch = min(tile_chunks, row_chunks - c0)")
+    if not s.direct_a:
+        # ---- stage A[m0:m0+mt, c0*ch : (c0+nch)*ch] as pre-scaled fp32, [mt][chunk][ch+1]
+        emit(3, "if not (single and staged):")
+        emit(4, "cuda.syncthreads()")
+        emit(4, f"tile_k = nch * {ch}")
+        emit(4, f"kbase = c0 * {ch}")
+        emit(4, f"e = np.int64(tid)")
+        emit(4, f"while e < {mt} * tile_k:")
+        emit(5, "mm = e // tile_k")
+        emit(5, "kk = e - mm * tile_k")
+        emit(5, "kg = kbase + kk")
+        emit(5, "v = np.float32(0.0)")
+        emit(5, "if m0 + mm < M and kg < K:")
+        emit(6, "v = ld(a, (m0 + mm, kg))")
+        # 2^-o(j) with o(j) from the table, j = kk % codes_per_word; built from the exponent bits
+        emit(5, f"o = PRESCALE_EXP[kk % {cpw}]")
+        emit(5, "v = v * u32_as_f32(np.uint32((127 - o) << 23))")
+        emit(5, f"cidx = kk // {ch}")
+        emit(5, f"sa[mm * stride_m + cidx * {s.pad} + (kk - cidx * {ch})] = v")
+        emit(5, f"e += {s.threads}")
+        emit(4, "cuda.syncthreads()")
+        emit(4, "staged = True")
+    emit(3, "if active:")
+    emit(4, "c = np.int64(lane)")
+    emit(4, "while c < nch:")
+    lv = 5
+    # ---- chunk indices (clamped) and validity
+    for u in range(U):
+        emit(lv, f"cl{u} = c + {32 * u}")
+        emit(lv, f"ok{u} = cl{u} < nch")
+        emit(lv, f"if not ok{u}:")
+        emit(lv + 1, f"cl{u} = nch - 1")
+        emit(lv, f"cg{u} = c0 + cl{u}")
+    # ---- B loads: all R*U chunks first
+    for u in range(U):
+        for r in range(R):
+            base = f"row{r} * row_chunks + cg{u}"
+            if W == 4:
+                emit(lv, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
+            else:
+                emit(lv, f"bi{r}_{u} = ({base}) * {W}")
+                for i in range(W):
+                    emit(lv, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
+    # ---- A values (direct mode): loaded with the B loads, pre-scaled by constants
+    if s.direct_a:
+        for u in range(U):
+            emit(lv, f"ka{u} = np.uint64(cg{u} * {ch})")
+            for t in range(ch):
+                o = offs[t % cpw][1]
+                emit(lv, f"a{u}_{t} = ld(a, (um0, ka{u} + np.uint64({t}))) * {_f(2.0 ** -o)}")
+    # ---- scales (masked to 0 for invalid chunks) and zero-point constants
+    for u in range(U):
+        for sidx in range(nsub):
+            emit(lv, f"g{u}_{sidx} = (cg{u} * {ch} + {sidx * sub}) >> {log_bs}")
+        for r in range(R):
+            for sidx in range(nsub):
+                sc = f"sc{r}_{u}_{sidx}"
+                emit(lv, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
+                emit(lv, f"if not ok{u}:")
+                emit(lv + 1, f"{sc} = np.float32(0.0)")
+                if s.zp_kind == "packed":
+                    g = f"g{u}_{sidx}"
+                    emit(lv, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zpb}))])")
+                    emit(lv, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zpb}) * {bits})) "
+                             f"& np.uint32({mask}))")
+                    for o in exps:
+                        emit(lv, f"k{r}_{u}_{sidx}_{o} = np.float32({MAGIC!r}) + z{r}_{u}_{sidx} * {_f(2.0 ** o)}")
+    # ---- compute
+    for u in range(U):
+        if not s.direct_a:
+            for m in range(mt):
+                emit(lv, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
+        for sidx in range(nsub):
+            if mt == 1:
+                for r in range(R):
+                    emit(lv, f"p{r} = np.float32(0.0)")
+            for t in range(sidx * sub, (sidx + 1) * sub):
+                wi, j = divmod(t, cpw)
+                hi, o = offs[j]
+                if hi and not offs[j - 1][0]:  # first high field of this word: shift it down once
+                    for r in range(R):
+                        emit(lv, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> np.uint32({sh})")
+                for m in range(mt):
+                    if s.direct_a:
+                        emit(lv, f"x{m} = a{u}_{t}")
+                    else:
+                        emit(lv, f"x{m} = sa[ab{u}_{m} + np.uint64({t})]")
+                for r in range(R):
+                    src = f"{'h' if hi else 'w'}{r}_{u}_{wi}"
+                    cst = f"k{r}_{u}_{sidx}_{o}" if s.zp_kind == "packed" else _f(MAGIC + default_zp * 2.0 ** o)
+                    emit(lv, f"d = u32_as_f32(({src} & np.uint32({mask << o})) | np.uint32(0x4B000000)) - {cst}")
+                    if mt == 1:
+                        emit(lv, f"p{r} += d * x0")
+                    else:
+                        emit(lv, f"dq = d * sc{r}_{u}_{sidx}")
+                        for m in range(mt):
+                            emit(lv, f"acc{m}_{r} += dq * x{m}")
+            if mt == 1:
+                for r in range(R):
+                    emit(lv, f"acc0_{r} += sc{r}_{u}_{sidx} * p{r}")
+    emit(lv, f"c += {32 * U}")
+    emit(3, "c0 += tile_chunks")
+    # ---- reduce and store
+    emit(2, "if active:")
+    for m in range(mt):
+        for r in range(R):
+            v = f"acc{m}_{r}"
+            for off in (16, 8, 4, 2, 1):
+                emit(3, f"{v} += cuda.shfl_xor_sync({FULL_MASK:#x}, {v}, {off})")
+            idx = m * R + r
+            emit(3, f"if lane == {idx % 32} and m0 + {m} < M:")
+            if s.bias:
+                emit(4, f"{v} += ld(bias, row{r})")
+            emit(4, f"st(out, (m0 + {m}, row{r}), {v})")
+    emit(2, "rg += cuda.gridDim.x")
+    return "\n".join(L) + "\n"
+
+
+@lru_cache(maxsize=None)
+def kernel_for(s: Spec) -> Kernel:
+    """The (lazily compiled) kernel of one specialisation; cached for the process."""
+    from numba.cuda import types
+
+    src = generate_source(s)
+    ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4,
+          "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(s.bits), "min": min}
+    code = compile(src, f"<numba_nbits {s.name}>", "exec")
+    exec(code, ns)
+    fn = ns[s.name]
+    fn.__source__ = src
+    argtypes = (array_type(s.act, 2), array_type("uint32"), array_type(s.act), array_type("uint8"),
+                array_type(s.act), array_type(s.act, 2)) + (types.int64,) * 8
+    return Kernel(fn, argtypes, name=s.name, fastmath=False)
+
+
+# ------------------------------------------------------------------------------------ planning
+
+def chunk_bytes_for(row_bytes: int) -> int:
+    """Largest of 16/8/4 bytes dividing a row of B (rows start 16-byte aligned only if 16 | row)."""
+    for cb in (16, 8, 4):
+        if row_bytes % cb == 0:
+            return cb
+    raise ValueError(f"row of {row_bytes} bytes is not a multiple of 4")
+
+
+def choose_rows_per_warp(N: int, warps: int, r_max: int) -> int:
+    """Most rows per warp (A reuse) that still gives >= MIN_BLOCKS blocks; at least 1."""
+    r = r_max
+    while r > 1 and -(-N // (warps * r)) < MIN_BLOCKS:
+        r //= 2
+    return r
+
+
+def tile_chunks_for(row_chunks: int, mt: int, pad: int) -> int:
+    """Chunks of K per staged tile: all of them if they fit SMEM_BUDGET, else balanced tiles."""
+    cap = max(1, SMEM_BUDGET // (mt * pad * 4))
+    if row_chunks <= cap:
+        return row_chunks
+    ntiles = -(-row_chunks // cap)
+    per = -(-row_chunks // ntiles)
+    per = -(-per // 32) * 32  # whole lanes' worth when possible
+    return min(per, cap)
+
+
+_DEVICE_INFO = {}
+
+
+def _device_info():
+    """(SM count, shared memory per SM) of the current device (GPU only; cached)."""
+    if not _DEVICE_INFO:
+        dev = cuda.get_current_device()
+        _DEVICE_INFO["sms"] = int(dev.MULTIPROCESSOR_COUNT)
+        _DEVICE_INFO["smem_sm"] = int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+    return _DEVICE_INFO["sms"], _DEVICE_INFO["smem_sm"]
+
+
+def resident_blocks(kernel: Kernel, threads: int, smem: int) -> int:
+    """Blocks of this kernel that fit on one SM at once (threads, registers, shared memory)."""
+    regs = max(kernel.registers(), 1)
+    regs = -(-regs // 8) * 8
+    _, smem_sm = _device_info()
+    by_threads = 2048 // threads
+    by_regs = 65536 // (regs * threads)
+    by_smem = smem_sm // (smem + 1024) if smem else 32
+    return max(1, min(32, by_threads, by_regs, by_smem))
+
+
+class GemvPlan:
+    """A bound fused-GEMV launch: ``run`` points it at A and Y and launches (graph-capturable)."""
+
+    __slots__ = ("route", "kernel", "spec", "launch", "grid", "block", "shared_mem")
+
+    def __init__(self, route: str, spec: Spec, launch, shared_mem: int):
+        self.route = route
+        self.spec = spec
+        self.kernel = spec.name
+        self.launch = launch
+        self.grid = launch.grid
+        self.block = launch.block
+        self.shared_mem = shared_mem
+
+    def run(self, a, out, stream: int = 0) -> None:
+        L = self.launch
+        L.set_array(0, a)
+        L.set_array(5, out)
+        L.launch(stream)
+
+    def __repr__(self):
+        return f"GemvPlan({self.route}, {self.kernel}, grid={self.grid}, block={self.block}, smem={self.shared_mem})"
+
+
+def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
+               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None) -> GemvPlan:
+    """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this)."""
+    w = weights
+    M, N, K = problem.M, w.N, w.K
+    row_bytes = w.K_padded * w.bits // 8
+    cb = chunk_bytes or chunk_bytes_for(row_bytes)
+    ch = cb * 8 // w.bits
+    row_chunks = row_bytes // cb
+    r = choose_rows_per_warp(N, warps, r_max)
+    spec = Spec(act=w.dtype, bits=w.bits, block_size=w.block_size, zp_kind=w.zp_kind, chunk_bytes=cb, mt=mt, r=r,
+                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias)
+    kern = kernel_for(spec)
+    if direct_a:
+        tile = row_chunks
+        smem = 0
+    else:
+        tile = tile_chunks_for(row_chunks, mt, spec.pad)
+        smem = mt * tile * spec.pad * 4
+    n_groups = -(-N // (warps * r))
+    grid_x = n_groups
+    if not w.simulated and not direct_a and tile >= row_chunks:
+        # persistent blocks: A staged once per block, blocks stride over the row groups
+        sms, _ = _device_info()
+        grid_x = min(n_groups, sms * resident_blocks(kern, spec.threads, smem))
+    grid = (grid_x, -(-M // mt), 1)
+    a0 = _placeholder(w, (M, K))
+    o0 = _placeholder(w, (M, N))
+    zpp = w.zp_packed if w.zp_kind == "packed" else w.dummy(np.uint8)
+    bi = w.bias if (bias and w.bias is not None) else w.dummy(w.np_dtype)
+    args = (a0, w.b_words, w.scales, zpp, bi, o0, M, N, K, w.k_blocks, w.zp_row, row_chunks, tile, n_groups)
+    launch = kern.bind(grid, spec.threads, args, shared_mem=smem)
+    return GemvPlan(route, spec, launch, smem)
+
+
+def _placeholder(w, shape):
+    """A zero-sized-data placeholder of the right rank for the A / Y slots until ``run`` sets them."""
+    from ..arrays import DevArray
+
+    key = ("placeholder",) + tuple(shape)
+
+    def make():
+        if w.simulated:
+            arr = np.zeros(shape, w.np_dtype)
+            return DevArray(0, shape, arr.strides, w.np_dtype, arr)
+        itemsize = w.np_dtype.itemsize
+        strides = (shape[1] * itemsize, itemsize)
+        return DevArray(0, shape, strides, w.np_dtype, None)
+
+    return w.derived(str(key), make)
+
+
+def check(cond: bool, family: str, what: str) -> None:
+    if not cond:
+        raise ValueError(f"{family}: unsupported problem ({what})")

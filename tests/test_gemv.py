@@ -1,0 +1,138 @@
+"""Fused GEMV family (gemv_w4, gemv_w8, gemv_w2, router) against the float64 oracle.
+
+Every case fills the output with NaN first (every element must be written), compares with
+``reference.matmul_nbits_ref`` within ``TOLERANCES``, and re-runs the same plan with new A/Y
+buffers (plans are re-pointed per call). One-hot rows of A check the decode exactly: row m of Y
+must equal column k_m of the dequantized weight, computed in fp32 and rounded once to the dtype.
+
+On numba's CUDA simulator the shapes are tiny (``shapes.SIM_*``); on a GPU the spec §10 shapes
+(``shapes.GPU_*``) are used as well.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import shapes
+
+from numba_nbits.arrays import device_empty, np_dtype, to_device, to_host
+from numba_nbits.config import load_config
+from numba_nbits.dispatch.problem import Problem
+from numba_nbits.formats import dequantize_host, quantize
+from numba_nbits.launch import simulated
+from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
+from numba_nbits.weights import build_weights
+
+SIM = simulated()
+DTYPES = ("float32", "float16", "bfloat16")
+CONFIG = load_config({})
+
+
+def _family(bits: int, router: bool = False):
+    import importlib
+
+    name = "router" if router else {4: "gemv_w4", 8: "gemv_w8", 2: "gemv_w2"}[bits]
+    return importlib.import_module(f"numba_nbits.kernels.{name}")
+
+
+def make(rng, *, bits, N, K, bs, dtype, zp, bias=False, scale=1.0):
+    npdt = np_dtype(dtype)
+    W = (rng.standard_normal((N, K)) * scale).astype(np.float32).astype(npdt)
+    B, S, Z = quantize(W, bits, bs, symmetric=(zp == "none"))
+    bvec = (rng.uniform(1, 5, N).astype(np.float32).astype(npdt)) if bias else None
+    w = build_weights(B, S, Z, None, bvec, K=K, N=N, bits=bits, block_size=bs, simulated=SIM)
+    return w, (B, S, Z, bvec)
+
+
+def run_plan(plan, A, N, npdt):
+    M = A.shape[0]
+    a = to_device(A, SIM)
+    out = device_empty((M, N), npdt, SIM)
+    if SIM:
+        out.owner[...] = np.nan
+    else:
+        from numba_nbits.arrays import copy_h2d
+
+        copy_h2d(out, np.full((M, N), np.nan, npdt))
+    plan.run(a, out, 0)
+    return to_host(out)
+
+
+def check(rng, *, bits, M, N, K, bs, dtype, zp, router=False, bias=False, reruns=1):
+    npdt = np_dtype(dtype)
+    w, (B, S, Z, bvec) = make(rng, bits=bits, N=N, K=K, bs=bs, dtype=dtype, zp=zp, bias=bias)
+    p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=w.zp_kind, has_bias=bias)
+    plan = _family(bits, router).build(w, p, CONFIG)
+    for _ in range(reruns):
+        A = rng.standard_normal((M, K)).astype(np.float32).astype(npdt)
+        y = run_plan(plan, A, N, npdt)
+        assert not np.isnan(y.astype(np.float32)).any(), f"unwritten outputs ({plan})"
+        ref = matmul_nbits_ref(A, B, S, Z, None, bvec, K=K, N=N, bits=bits, block_size=bs)
+        err = relative_error(y, ref)
+        assert err <= TOLERANCES[dtype], f"{plan}: relative error {err:.3g} > {TOLERANCES[dtype]}"
+    return plan
+
+
+def check_onehot(rng, *, bits, M, N, K, bs, dtype, zp, ks):
+    """Y row m = dequantized W[:, ks[m]] (fp32 dequant rounded once to dtype), bit for bit."""
+    npdt = np_dtype(dtype)
+    w, (B, S, Z, _) = make(rng, bits=bits, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+    p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=w.zp_kind)
+    plan = _family(bits).build(w, p, CONFIG)
+    A = np.zeros((M, K), np.float32)
+    A[np.arange(M), ks] = 1.0
+    y = run_plan(plan, A.astype(npdt), N, npdt)
+    Wdq = dequantize_host(B, S, Z, K=K, N=N, bits=bits, block_size=bs, dtype=np.float32)
+    expect = Wdq[:, ks].T.astype(npdt)
+    np.testing.assert_array_equal(y.astype(np.float32), expect.astype(np.float32), err_msg=str(plan))
+
+
+# ------------------------------------------------------------------------------------ 4-bit
+
+W4_SIM = [(dt, bs, zp) for dt in DTYPES for bs in (16, 32, 64, 128) for zp in ("none", "packed")]
+
+
+@pytest.mark.parametrize("dtype,bs,zp", W4_SIM)
+def test_w4_m1_all_blocks(rng, dtype, bs, zp):
+    N, K = shapes.SIM_W4[bs]  # K % bs != 0: the last block is partial
+    check(rng, bits=4, M=1, N=N, K=K, bs=bs, dtype=dtype, zp=zp, reruns=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [2, 3, 16])
+def test_w4_small_m(rng, dtype, M):
+    zp = "packed" if M != 3 else "none"
+    bs = {2: 16, 3: 64, 16: 32}[M]
+    N, K = {2: (8, 72), 3: (8, 72), 16: (8, 40)}[M]
+    check(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+@pytest.mark.parametrize("M,bs,zp", [(1, 32, "packed"), (4, 16, "none"), (16, 128, "packed")])
+def test_w4_onehot_decode_exact(rng, M, bs, zp):
+    N, K = 8, (136 if bs == 128 else 72)
+    ks = np.linspace(0, K - 1, M).astype(int) if M > 1 else np.array([K - 1])
+    for dtype in DTYPES:
+        check_onehot(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp=zp, ks=ks)
+
+
+@pytest.mark.skipif(SIM, reason="GPU shapes")
+@pytest.mark.parametrize("M,N,K", shapes.GPU_W4)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_w4_gpu_shapes(rng, M, N, K, dtype):
+    bs = 32 if K % 32 == 0 else 16
+    for zp in ("none", "packed"):
+        check(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+@pytest.mark.skipif(SIM, reason="GPU shapes")
+@pytest.mark.parametrize("bs", [16, 64, 128])
+@pytest.mark.parametrize("M", [1, 8])
+def test_w4_gpu_blocks(rng, bs, M):
+    for dtype in DTYPES:
+        check(rng, bits=4, M=M, N=1024, K=4096 + 8, bs=bs, dtype=dtype, zp="packed")
+
+
+def test_w4_rejects_outside_guards(rng):
+    w, _ = make(rng, bits=4, N=8, K=64, bs=32, dtype="float32", zp="none")
+    mod = _family(4)
+    with pytest.raises(ValueError, match="M=17"):
+        mod.build(w, Problem(M=17, N=8, K=64, bits=4, block_size=32, dtype="float32"), CONFIG)
