@@ -135,6 +135,11 @@ class QuantLinear(nn.Module):
                 config=config)
         return q.to(device) if device is not None else q
 
+    def __getstate__(self):  # copy.deepcopy / pickle: built operators hold device memory; rebuild lazily
+        state = self.__dict__.copy()
+        state["_ops"] = {}
+        return state
+
     # ------------------------------------------------------------------ helpers
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
