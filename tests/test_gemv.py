@@ -136,3 +136,107 @@ def test_w4_rejects_outside_guards(rng):
     mod = _family(4)
     with pytest.raises(ValueError, match="M=17"):
         mod.build(w, Problem(M=17, N=8, K=64, bits=4, block_size=32, dtype="float32"), CONFIG)
+
+
+# ------------------------------------------------------------------------------------ 8-bit
+
+W8_SIM = [(dt, bs, zp) for dt in DTYPES for bs in (16, 32, 64, 128, 256) for zp in ("none", "packed")]
+
+
+@pytest.mark.parametrize("dtype,bs,zp", W8_SIM)
+def test_w8_m1_all_blocks(rng, dtype, bs, zp):
+    N, K = shapes.SIM_W8[bs]
+    check(rng, bits=8, M=1, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [2, 5])
+def test_w8_small_m(rng, dtype, M):
+    check(rng, bits=8, M=M, N=8, K=64, bs=32 if M == 2 else 16, dtype=dtype, zp="packed" if M == 5 else "none")
+
+
+@pytest.mark.parametrize("M,bs,zp", [(1, 16, "packed"), (5, 64, "none")])
+def test_w8_onehot_decode_exact(rng, M, bs, zp):
+    ks = np.array([63, 0, 17, 38, 50][:M])
+    for dtype in DTYPES:
+        check_onehot(rng, bits=8, M=M, N=8, K=64, bs=bs, dtype=dtype, zp=zp, ks=ks)
+
+
+@pytest.mark.skipif(SIM, reason="GPU shapes")
+@pytest.mark.parametrize("M,N,K", shapes.GPU_W8)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_w8_gpu_shapes(rng, M, N, K, dtype):
+    for bs, zp in ((128, "none"), (32, "packed")):
+        check(rng, bits=8, M=M, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+# ------------------------------------------------------------------------------------ 2-bit
+
+W2_SIM = [(dt, bs, zp) for dt in DTYPES for bs in (16, 64, 512) for zp in ("none", "packed")]
+
+
+@pytest.mark.parametrize("dtype,bs,zp", W2_SIM)
+def test_w2_m1(rng, dtype, bs, zp):
+    N, K = shapes.SIM_W2[bs]
+    check(rng, bits=2, M=1, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+@pytest.mark.parametrize("bs", [32, 128, 256])
+def test_w2_m1_more_blocks(rng, bs):
+    N, K = shapes.SIM_W2[bs]
+    check(rng, bits=2, M=1, N=N, K=K, bs=bs, dtype="float16", zp="packed")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [2, 8])
+def test_w2_small_m(rng, dtype, M):
+    check(rng, bits=2, M=M, N=8, K=80 if M == 2 else 64, bs=16, dtype=dtype, zp="packed" if M == 8 else "none")
+
+
+@pytest.mark.parametrize("M,K,bs,zp", [(1, 48, 16, "packed"), (8, 128, 32, "none")])
+def test_w2_onehot_decode_exact(rng, M, K, bs, zp):
+    ks = np.linspace(0, K - 1, M).astype(int) if M > 1 else np.array([K - 1])
+    for dtype in DTYPES:
+        check_onehot(rng, bits=2, M=M, N=8, K=K, bs=bs, dtype=dtype, zp=zp, ks=ks)
+
+
+@pytest.mark.skipif(SIM, reason="GPU shapes")
+@pytest.mark.parametrize("M,N,K", shapes.GPU_W2)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_w2_gpu_shapes(rng, M, N, K, dtype):
+    for bs, zp in ((64, "none"), (16, "packed")):
+        check(rng, bits=2, M=M, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
+
+
+# ----------------------------------------------------------------------------------- router
+
+@pytest.mark.parametrize("dtype,bs,bias", [("float16", 32, True), ("bfloat16", 64, True), ("float32", 32, False)])
+def test_router_small(rng, dtype, bs, bias):
+    check(rng, bits=4, M=1, N=8, K=192, bs=bs, dtype=dtype, zp="none", router=True, bias=bias, reruns=2)
+
+
+@pytest.mark.parametrize("bs", [32, 64] if not SIM else [32])
+@pytest.mark.parametrize("dtype", DTYPES if not SIM else ["float16"])
+def test_router_gpt_oss_shape(rng, bs, dtype):
+    M, N, K = shapes.ROUTER[0]
+    for bias in (True, False):
+        check(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp="none", router=True, bias=bias)
+
+
+def test_router_rejects_zero_points(rng):
+    w, _ = make(rng, bits=4, N=8, K=64, bs=32, dtype="float16", zp="packed")
+    with pytest.raises(ValueError, match="zero points"):
+        _family(4, router=True).build(w, Problem(M=1, N=8, K=64, bits=4, block_size=32, dtype="float16",
+                                                 zero_points="packed"), CONFIG)
+
+
+def test_plans_serve_every_admitted_route_problem():
+    """Each route of the GEMV family builds a plan for problems its guards admit (no GPU work)."""
+    from numba_nbits.dispatch.routes import route_named
+
+    cases = [("gemv_w4", Problem(M=16, N=8, K=40, bits=4, block_size=16, dtype="float32", zero_points="packed")),
+             ("gemv_w8", Problem(M=5, N=8, K=256, bits=8, block_size=256, dtype="bfloat16")),
+             ("gemv_w2", Problem(M=8, N=8, K=16 * 3, bits=2, block_size=16, dtype="float16")),
+             ("router_gemv", Problem(M=1, N=32, K=2880, bits=4, block_size=64, dtype="float16", has_bias=True))]
+    for name, p in cases:
+        assert route_named(name).first_failure(p, CONFIG) is None, name

@@ -1,0 +1,48 @@
+"""8-bit fused GEMV (spec §4.2, route ``gemv_w8``): ``Y = A · dequant(B)ᵀ`` for M = 1..5.
+
+Math: ``Y[m, n] = sum_k A[m, k] * (q[n, k] - zp[n, k//bs]) * scale[n, k//bs]``, fp32
+accumulation, one rounding to the output dtype; zero points none (default 128) or packed uint8
+(one byte per block). Never fused with bias (the dispatcher adds it afterwards, spec §4).
+
+Layout: B ``uint8[N, k_blocks, bs]``, one code per byte; ``K % block_size == 0`` and
+``256 % block_size == 0`` (guards), so a row is ``K`` bytes, a multiple of 16: every row is read
+with 16-byte ``ld.global.nc.v4`` loads of 16 codes.
+
+Kernel (the shared engine of ``gemv_common``; see its docstring): byte ``j`` of a word is decoded
+by ``u32_as_f32(0x4B000000 | (w & (0xFF << 8j))) - (2^23 + zp * 2^(8j))`` for j = 0, 1 and, after
+one 16-bit right shift of the word, the same for bytes 2, 3; the ``2^-8j`` factors are folded into
+the staged A. M = 1: 4 rows per warp x 2 chunks per lane = 8 independent 16-byte loads in flight
+per lane. M = 2..5: the M tile equals M (an 8-bit GEMV moves twice the bytes of a 4-bit one per
+FMA, so it stays memory-bound longer; no lanes are wasted on padding rows).
+
+Guards (``routes.gemv_w8``): bits 8, no g_idx, zero points none/packed, N % 8 == 0, K % 8 == 0,
+1 <= M <= 5, 256 % block_size == 0, K % block_size == 0.
+"""
+from __future__ import annotations
+
+from . import gemv_common as gc
+
+ROUTE = "gemv_w8"
+M_MAX = 5
+#: (rows per warp, chunks per lane per iteration, warps per block) by M tile (see gemv_w4).
+SHAPES = {1: (4, 2, 8), 2: (4, 1, 8), 3: (4, 1, 8), 4: (4, 1, 8), 5: (2, 1, 8)}
+
+
+def check_problem(weights, problem) -> None:
+    w, p = weights, problem
+    gc.check(w.bits == 8, ROUTE, f"bits={w.bits}, needs 8")
+    gc.check(w.g_idx is None, ROUTE, "g_idx is not supported by fused kernels")
+    gc.check(w.zp_kind in ("none", "packed"), ROUTE, f"zero points {w.zp_kind!r}, needs none or packed uint8")
+    gc.check(w.N % 8 == 0 and w.K % 8 == 0, ROUTE, f"N={w.N}, K={w.K} must be multiples of 8")
+    gc.check(1 <= p.M <= M_MAX, ROUTE, f"M={p.M} outside 1..{M_MAX}")
+    gc.check(w.block_size >= 16 and 256 % w.block_size == 0, ROUTE, f"block_size={w.block_size}: 256 % block != 0")
+    gc.check(w.K % w.block_size == 0, ROUTE, f"K={w.K} not a multiple of block_size={w.block_size}")
+    gc.check(p.K == w.K and p.N == w.N, ROUTE, "problem and weights disagree on N/K")
+
+
+def build(weights, problem, config=None) -> gc.GemvPlan:
+    """Plan for ``problem`` (fixed M) over ``weights``: ``plan.run(a, out, stream)`` per call."""
+    check_problem(weights, problem)
+    mt = problem.M
+    r, u, warps = SHAPES[mt]
+    return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps)
