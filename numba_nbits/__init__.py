@@ -27,6 +27,10 @@ _EXPORTS = {
     "relative_error": ".reference",
     "TOLERANCES": ".reference",
     "explain": ".explain",
+    "capture": ".graphs",
+    "Graph": ".graphs",
+    "CaptureError": ".launch",
+    "MatMulNBitsError": ".schema",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -170,12 +170,16 @@ class MatMulNBits:
         shape = a_in.dev.shape
         M = schema.check_activation(shape, dtype_name(a_in.dev.dtype), self.attrs, self.dtype)
         out_shape = tuple(shape[:-1]) + (self.N,)
-        s = stream_handle(stream) if stream is not None else a_in.default_stream
+        s = 0 if sim else (stream_handle(stream) if stream is not None else a_in.default_stream)
         if a_in.device_id not in (-1, self.device_id) and not sim:
             raise schema.MatMulNBitsError(f"input A is on device {a_in.device_id} but this MatMulNBits' weights are "
                                           f"on device {self.device_id}; build one operator per device")
         kind = a_in.kind
         a_dev = a_in.dev
+        if not sim and (out is None or kind == "numpy") and is_capturing(s):
+            raise CaptureError("MatMulNBits called during CUDA graph capture without a device A and an out= buffer: "
+                               "allocating the output or copying host data cannot be captured; pass device arrays "
+                               "and out=, and run a warmup inference outside capture first.")
         if kind == "numpy" and not sim:
             a_dev = to_device(a_in.dev.owner, False)
         if out is None:
