@@ -233,13 +233,22 @@ def generate_source(s: Spec) -> str:
                 emit(lv, f"bi{r}_{u} = ({base}) * {W}")
                 for i in range(W):
                     emit(lv, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
+    # Every temporary below gets a fresh name (and constants are frozen globals, see
+    # ``kernel_namespace``): numba's SSA repair and lowering are quadratic in the number of
+    # re-assignments / statements of one block, so unique names keep compile times in seconds.
+    cnt = [0]
+
+    def fresh(prefix):
+        cnt[0] += 1
+        return f"{prefix}_{cnt[0]}"
+
     # ---- A values (direct mode): loaded with the B loads, pre-scaled by constants
     if s.direct_a:
         for u in range(U):
             emit(lv, f"ka{u} = np.uint64(cg{u} * {ch})")
             for t in range(ch):
                 o = offs[t % cpw][1]
-                emit(lv, f"a{u}_{t} = ld(a, (um0, ka{u} + np.uint64({t}))) * {_f(2.0 ** -o)}")
+                emit(lv, f"a{u}_{t} = ld(a, (um0, ka{u} + T{t})) * PS{o}")
     # ---- scales (masked to 0 for invalid chunks) and zero-point constants
     for u in range(U):
         for sidx in range(nsub):
@@ -248,48 +257,76 @@ def generate_source(s: Spec) -> str:
             for sidx in range(nsub):
                 sc = f"sc{r}_{u}_{sidx}"
                 emit(lv, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
-                emit(lv, f"if not ok{u}:")
-                emit(lv + 1, f"{sc} = np.float32(0.0)")
                 if s.zp_kind == "packed":
                     g = f"g{u}_{sidx}"
                     emit(lv, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zpb}))])")
                     emit(lv, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zpb}) * {bits})) "
-                             f"& np.uint32({mask}))")
+                             f"& ZMASK)")
                     for o in exps:
-                        emit(lv, f"k{r}_{u}_{sidx}_{o} = np.float32({MAGIC!r}) + z{r}_{u}_{sidx} * {_f(2.0 ** o)}")
-    # ---- compute
+                        emit(lv, f"k{r}_{u}_{sidx}_{o} = MAGF + z{r}_{u}_{sidx} * FM{o}")
+    # ---- compute: one `if ok_u:` section per (chunk, scale slice); a clamped chunk past the end is
+    # skipped (its loads were harmless duplicates). The sections also keep numba's per-block
+    # analyses (quadratic in statements per block) fast.
     for u in range(U):
         if not s.direct_a:
             for m in range(mt):
                 emit(lv, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
         for sidx in range(nsub):
+            lw = lv + 1
+            acc = {(m, r): f"acc{m}_{r}" for m in range(mt) for r in range(R)}
+            part = {r: None for r in range(R)}
             if mt == 1:
                 for r in range(R):
-                    emit(lv, f"p{r} = np.float32(0.0)")
+                    emit(lv, f"pp{r} = F0")
+                    part[r] = f"pp{r}"
             for t in range(sidx * sub, (sidx + 1) * sub):
                 wi, j = divmod(t, cpw)
                 hi, o = offs[j]
+                if j == 0:  # a new section per word
+                    if t != sidx * sub:
+                        for r in range(R):
+                            if mt == 1:
+                                emit(lw, f"pp{r} = {part[r]}")
+                                part[r] = f"pp{r}"
+                            for m in range(mt if mt > 1 else 0):
+                                emit(lw, f"acc{m}_{r} = {acc[m, r]}")
+                                acc[m, r] = f"acc{m}_{r}"
+                    emit(lv, f"if ok{u}:")
                 if hi and not offs[j - 1][0]:  # first high field of this word: shift it down once
                     for r in range(R):
-                        emit(lv, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> np.uint32({sh})")
+                        emit(lw, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> SHU")
+                xs = []
                 for m in range(mt):
                     if s.direct_a:
-                        emit(lv, f"x{m} = a{u}_{t}")
+                        xs.append(f"a{u}_{t}")
                     else:
-                        emit(lv, f"x{m} = sa[ab{u}_{m} + np.uint64({t})]")
+                        x = fresh("x")
+                        emit(lw, f"{x} = sa[ab{u}_{m} + T{t}]")
+                        xs.append(x)
                 for r in range(R):
                     src = f"{'h' if hi else 'w'}{r}_{u}_{wi}"
-                    cst = f"k{r}_{u}_{sidx}_{o}" if s.zp_kind == "packed" else _f(MAGIC + default_zp * 2.0 ** o)
-                    emit(lv, f"d = u32_as_f32(({src} & np.uint32({mask << o})) | np.uint32(0x4B000000)) - {cst}")
+                    cst = f"k{r}_{u}_{sidx}_{o}" if s.zp_kind == "packed" else f"KC{o}"
+                    d = fresh("d")
+                    emit(lw, f"{d} = u32_as_f32(({src} & MK{o}) | MAGICU) - {cst}")
                     if mt == 1:
-                        emit(lv, f"p{r} += d * x0")
+                        p_new = fresh("p")
+                        emit(lw, f"{p_new} = {d} * {xs[0]}" if part[r] is None else f"{p_new} = {part[r]} + {d} * {xs[0]}")
+                        part[r] = p_new
                     else:
-                        emit(lv, f"dq = d * sc{r}_{u}_{sidx}")
+                        dq = fresh("q")
+                        emit(lw, f"{dq} = {d} * sc{r}_{u}_{sidx}")
                         for m in range(mt):
-                            emit(lv, f"acc{m}_{r} += dq * x{m}")
+                            a_new = fresh("s")
+                            emit(lw, f"{a_new} = {acc[m, r]} + {dq} * {xs[m]}")
+                            acc[m, r] = a_new
             if mt == 1:
                 for r in range(R):
-                    emit(lv, f"acc0_{r} += sc{r}_{u}_{sidx} * p{r}")
+                    a_new = fresh("s")
+                    emit(lw, f"{a_new} = {acc[0, r]} + sc{r}_{u}_{sidx} * {part[r]}")
+                    acc[0, r] = a_new
+            for m in range(mt):
+                for r in range(R):
+                    emit(lw, f"acc{m}_{r} = {acc[m, r]}")
     emit(lv, f"c += {32 * U}")
     emit(3, "c0 += tile_chunks")
     # ---- reduce and store
@@ -308,14 +345,34 @@ def generate_source(s: Spec) -> str:
     return "\n".join(L) + "\n"
 
 
+def kernel_namespace(s: Spec) -> dict:
+    """Globals of the generated kernel: helpers plus constants (numba freezes global scalars)."""
+    from numba.cuda import types
+
+    bits = s.bits
+    mask = (1 << bits) - 1
+    zp = 1 << (bits - 1)
+    ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4,
+          "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(bits), "min": min,
+          "F0": np.float32(0.0), "MAGF": np.float32(MAGIC), "MAGICU": np.uint32(0x4B000000),
+          "SHU": np.uint32(_shift_of(bits)), "ZMASK": np.uint32(mask)}
+    for o in sorted(set(prescale_exponents(bits))):
+        ns[f"MK{o}"] = np.uint32(mask << o)
+        ns[f"KC{o}"] = np.float32(MAGIC + zp * 2.0 ** o)
+        ns[f"FM{o}"] = np.float32(2.0 ** o)
+        ns[f"PS{o}"] = np.float32(2.0 ** -o)
+    for t in range(s.ch):
+        ns[f"T{t}"] = np.uint64(t)
+    return ns
+
+
 @lru_cache(maxsize=None)
 def kernel_for(s: Spec) -> Kernel:
     """The (lazily compiled) kernel of one specialisation; cached for the process."""
     from numba.cuda import types
 
     src = generate_source(s)
-    ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4,
-          "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(s.bits), "min": min}
+    ns = kernel_namespace(s)
     code = compile(src, f"<numba_nbits {s.name}>", "exec")
     exec(code, ns)
     fn = ns[s.name]
