@@ -1,0 +1,10 @@
+"""Performance suite: ``python -m numba_nbits.perf`` (see perf/README.md).
+
+Modules: ``shapes`` (named shapes, sweep plans), ``metrics`` (bytes, FLOPs, rotation sizing),
+``harness`` (events, CUDA graphs, host time), ``subjects`` (our operators, oracle checks), ``peers``
+(torch, tinygemm, gemlite, ORT CUDA), ``reference_rows`` (ORT's numbers from h200-measurements.md),
+``ceilings`` (copy bandwidth, dense GEMM, environment), ``runner`` (the sweep), ``report`` (CSV,
+markdown, plots, README section), ``cli`` (arguments).
+
+Importing this package imports neither torch nor numba and touches no GPU.
+"""

@@ -1,0 +1,146 @@
+"""Command line of ``python -m numba_nbits.perf`` (argument parsing is pure and CPU-testable)."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+from pathlib import Path
+
+from .shapes import ALL_BITS, FULL_PLAN, QUICK_PLAN, SHAPES, SWEEPS, expand, parse_dtype
+
+QUICK_BUDGET_S = 90.0
+FULL_BUDGET_S = 480.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of integers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _dtypes(text: str) -> list[str]:
+    try:
+        return [parse_dtype(x) for x in _names(text)]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m numba_nbits.perf",
+        description="Time MatMulNBits (every eligible route) against peers; write CSV, markdown and plots.",
+        epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~8 min on an H200, --quick ~1 min.")
+    p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16")
+    p.add_argument("--sweep", choices=SWEEPS, default="all",
+                   help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
+    p.add_argument("--shapes", type=_names, help="comma-separated shape names (replace the plan's shapes)")
+    p.add_argument("--M", dest="Ms", type=_ints, help="comma-separated M values (replace the plan's)")
+    p.add_argument("--bits", type=_ints, help=f"comma-separated bits from {ALL_BITS}")
+    p.add_argument("--block-sizes", dest="blocks", type=_ints, help="comma-separated block sizes")
+    p.add_argument("--dtypes", type=_dtypes, help="comma-separated fp16,bf16,fp32")
+    p.add_argument("--routes", type=_names, default=["auto", "forced"],
+                   help="auto (dispatch's pick), forced (every other eligible route), or route names to force "
+                        "(default auto,forced)")
+    p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/)")
+    p.add_argument("--no-peers", action="store_true", help="skip torch / tinygemm / gemlite / ORT peers")
+    p.add_argument("--budget-s", type=float, help=f"stop starting cases after this many seconds "
+                                                   f"(default {FULL_BUDGET_S:.0f}, --quick {QUICK_BUDGET_S:.0f})")
+    p.add_argument("--max-copies", type=int, default=2048, help="cap on rotated operand copies per subject")
+    p.add_argument("--l2-factor", type=float, default=2.0, help="rotated working set >= this many L2 sizes")
+    p.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph timing")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dry-run", action="store_true", help="print the case plan and exit (no GPU)")
+    return p
+
+
+def parse(argv=None) -> argparse.Namespace:
+    a = parser().parse_args(argv)
+    bad = [b for b in (a.bits or []) if b not in ALL_BITS]
+    if bad:
+        parser().error(f"--bits: {bad} not in {ALL_BITS}")
+    if a.shapes:
+        from .shapes import shape_named
+
+        try:
+            for s in a.shapes:
+                shape_named(s)
+        except ValueError as e:
+            parser().error(str(e))
+    a.plan = QUICK_PLAN if a.quick else FULL_PLAN
+    a.cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes, sweep=a.sweep)
+    if a.budget_s is None:
+        a.budget_s = QUICK_BUDGET_S if a.quick else FULL_BUDGET_S
+    return a
+
+
+def default_out(gpu: str, date: _dt.date | None = None) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", (gpu or "gpu").lower()).strip("-") or "gpu"
+    slug = slug.replace("nvidia-", "")
+    return REPO / "perf" / "results" / f"{(date or _dt.date.today()).isoformat()}-{slug}"
+
+
+def plan_text(cases) -> str:
+    from collections import Counter
+
+    by_tier = Counter(c.tier for c in cases)
+    groups = len({c.group for c in cases})
+    lines = [f"{len(cases)} cases in {groups} groups"] + [f"  {t}: {n}" for t, n in by_tier.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.dry_run:
+        print(plan_text(a.cases))
+        for c in a.cases:
+            print(f"  {c.tier:12s} {c.shape:14s} M={c.M:<5d} {c.bits}b g{c.block:<4d} {c.dtype:9s} zp={c.zp}"
+                  f"{' ' + c.variant if c.variant else ''}")
+        return 0
+    from .harness import Budget, make_backend
+    from .report import write_results
+    from .runner import Options, reference_rows_for, run
+
+    backend = make_backend()
+    out_holder: dict = {}
+
+    def out_dir(env) -> Path:
+        if "dir" not in out_holder:
+            out_holder["dir"] = a.out or default_out(env.get("gpu", "gpu"))
+            out_holder["dir"].mkdir(parents=True, exist_ok=True)
+        return out_holder["dir"]
+
+    def partial(rows):  # keep what we have if the run is interrupted
+        try:
+
+            from .report import to_frame
+
+            d = out_dir(rows[0]) if rows else None
+            if d is not None:
+                to_frame(rows).to_csv(d / "results.partial.csv", index=False)
+        except Exception:  # noqa: BLE001
+            pass
+
+    print(plan_text(a.cases), file=sys.stderr)
+    opts = Options(cases=a.cases, routes=tuple(a.routes), peers=not a.no_peers, budget_s=a.budget_s,
+                   l2_factor=a.l2_factor, max_copies=a.max_copies, seed=a.seed, graphs=not a.no_graphs,
+                   timing=Budget(), on_rows=partial, progress=not a.no_progress)
+    rows, meta = run(opts, backend)
+    if not meta.get("ort_cuda"):
+        rows = rows + reference_rows_for(rows)
+    d = out_dir(meta["env"])
+    write_results(d, rows, meta, plots=not a.no_plots)
+    part = d / "results.partial.csv"
+    if part.exists():
+        part.unlink()
+    print((d / "summary.md").read_text())
+    print(f"results: {d}", file=sys.stderr)
+    return 0
