@@ -104,6 +104,9 @@ def _host(x, name: str) -> np.ndarray:
 def check_constant_inputs(attrs: Attributes, B, scales, zero_points=None, g_idx=None, bias=None):
     """Validate B, scales, zero_points, g_idx, bias; return them as host NumPy arrays (normalised shapes)."""
     a = attrs
+    for name, v in (("B", B), ("scales", scales)):
+        if v is None:
+            raise MatMulNBitsError(f"input {name} is required (got None)")
     B = _host(B, "B")
     scales = _host(scales, "scales")
     zero_points = _host(zero_points, "zero_points")

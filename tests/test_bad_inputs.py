@@ -144,10 +144,6 @@ def test_construction_errors(name, make, attrs, match):
         build(inputs, **attrs)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="required input None (B or scales) crashes with AttributeError "
-                          "('NoneType' object has no attribute 'dtype', numba_nbits/schema.py:112 for B, :123 for scales) instead "
-                          "of a MatMulNBitsError naming the missing input")
 @pytest.mark.parametrize("missing", ["B", "scales"])
 def test_missing_required_input(missing):
     inputs = valid()

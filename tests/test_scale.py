@@ -32,12 +32,6 @@ from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 MIB = 1 << 20
 SCRATCH_BOUND = 256 * MIB
 
-SCRATCH_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="chunked fallback scratch is min(chunk_size, N) * K_padded * sizeof(T) whatever the 256 MiB scratch limit "
-           "(numba_nbits/kernels/dequant.py:195, rows = min(config.chunk_size, w.N)): with the default chunk size "
-           "32768 it is 1 GiB for the 262144x16384 fp16 LM head and 768 MiB for 200064x12288; ORT sizes it the same "
-           "way (spec §6), so capping rows at scratch_limit // (K_padded*itemsize) is the owner's decision")
 
 
 def _scratch_nbytes(op, M):
@@ -50,7 +44,6 @@ def _scratch_nbytes(op, M):
 
 # ------------------------------------------------------------------------------ plan-only (simulator too)
 
-@SCRATCH_XFAIL
 def test_chunked_scratch_bounded_by_limit_plan_only():
     """Scaled-down LM head: N > 2*32768 and N*K_padded*2 > limit (1 MiB here) -> dispatch chunks; the
     scratch it allocates must respect the limit. Builds the plan only (no launch)."""
@@ -154,7 +147,6 @@ def test_beyond_2_31(request, which, how):
 
 @requires_gpu
 @pytest.mark.slow
-@SCRATCH_XFAIL
 @pytest.mark.parametrize("which", ["lm_head_4bit", "head_8bit"])
 def test_chunked_scratch_within_256mib(request, which):
     p = request.getfixturevalue(which)

@@ -180,8 +180,10 @@ def _flat_views(w, n0: int, rows: int):
 class DequantGemmPlan:
     """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
 
-    The scratch (``rows x K_padded`` in A's dtype, ``rows`` = N or the chunk size) is allocated once
-    per node, at plan build. Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
+    The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
+    ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped so the
+    scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would allocate
+    1 GiB for a 262144 x 16384 fp16 LM head). Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
     """
 
     def __init__(self, w, problem, config, route: str, chunked: bool):
@@ -192,7 +194,10 @@ class DequantGemmPlan:
         self.M = problem.M
         self.use_tf32 = bool(config.use_tf32)
         self.options = int(config.cuda_gemm_options)
-        rows = min(config.chunk_size, w.N) if chunked else w.N
+        rows = w.N
+        if chunked:  # ORT's chunk rows, additionally capped so the scratch stays within the scratch limit
+            per_row = w.K_padded * w.np_dtype.itemsize
+            rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
         self.kernel = dequant_kernel(w.bits, w.dtype, w.zp_kind, w.g_idx is not None).name
         self.scratch = w.derived(f"scratch_{rows}", lambda: device_empty((rows * w.K_padded,), w.np_dtype,
                                                                          w.simulated))
