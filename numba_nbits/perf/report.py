@@ -37,11 +37,13 @@ def to_frame(rows) -> pd.DataFrame:
     extra = [c for c in df.columns if c not in COLUMNS]
     df = df[COLUMNS + extra]
     for c in ("variant", "error", "note", "check_note", "graph_note", "zp", "source", "tier", "auto_route"):
-        df[c] = df[c].fillna("").astype(str)
+        col = df[c].astype(object)
+        df[c] = col.where(col.notna(), "").astype(str)
     df.loc[df["zp"] == "", "zp"] = "none"
     # reference rows (ORT's table) carry only us_p50: that is their time
-    ref = df["kind"] == "reference"
-    df.loc[ref & df["us"].isna(), "us"] = df.loc[ref, "us_p50"]
+    df["us"] = pd.to_numeric(df["us"], errors="coerce")
+    fill = (df["kind"] == "reference") & df["us"].isna()
+    df.loc[fill, "us"] = pd.to_numeric(df.loc[fill, "us_p50"], errors="coerce")
     return df
 
 

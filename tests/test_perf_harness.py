@@ -1,0 +1,328 @@
+"""CPU-only tests of the perf suite: counting, rotation sizing, plans, CLI, report shaping, README.
+
+No GPU and no kernel launch: these exercise the pure parts of ``numba_nbits.perf``.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from numba_nbits.perf import cli, metrics, report, shapes
+from numba_nbits.perf.reference_rows import SOURCE, reference_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------ counting
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("zp", ["none", "packed", "typed"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_nbits_bytes(bits, zp, bias):
+    M, N, K, block = 3, 40, 100, 32  # K not a multiple of the block: 4 blocks, padded
+    b = metrics.nbits_bytes(M, N, K, bits, block, "float16", zp, bias)
+    kb = 4
+    assert b.weights == N * kb * block * bits // 8
+    assert b.scales == N * kb * 2
+    assert b.zero_points == {"none": 0, "packed": N * -(-kb * bits // 8), "typed": N * kb * 2}[zp]
+    assert b.A == M * K * 2 and b.Y == M * N * 2
+    assert b.bias == (N * 2 if bias else 0)
+    assert b.total == b.weights + b.scales + b.zero_points + b.A + b.Y + b.bias
+    assert b.constant == b.total - b.A - b.Y
+
+
+def test_bytes_fp32_and_peers():
+    b = metrics.nbits_bytes(1, 4096, 4096, 4, 128, "float32")
+    assert b.scales == 4096 * 32 * 4 and b.A == 4096 * 4
+    d = metrics.dense_bytes(2, 8, 16, "bfloat16", bias=True)
+    assert (d.weights, d.A, d.Y, d.bias) == (8 * 16 * 2, 2 * 16 * 2, 2 * 8 * 2, 16)
+    t = metrics.tinygemm_bytes(1, 8, 256, 128)
+    assert t.weights == 8 * 128 and t.scales == 2 * 8 * 4
+    with pytest.raises(ValueError):
+        metrics.nbits_bytes(1, 8, 32, 4, 32, "float16", "bogus")
+
+
+def test_flops_and_derived():
+    assert metrics.flops(2, 3, 5) == 60
+    d = metrics.derived(1.0, 4_000_000, 200_000_000, bw_tb_s=4.0, peak_tflops=1000.0)  # 1 us
+    assert d["tb_s"] == pytest.approx(4.0) and d["tflops"] == pytest.approx(200.0)
+    assert d["pct_bw"] == pytest.approx(100.0)
+    assert d["pct_flops"] == pytest.approx(20.0)
+    assert d["pct_roofline"] == pytest.approx(100.0)
+    nan = metrics.derived(float("nan"), 1, 1, 4.0, 1.0)
+    assert all(v != v for v in nan.values())
+    assert np.isnan(metrics.derived(1.0, 1, 1, float("nan"), float("nan"))["pct_roofline"])
+
+
+def test_quantiles():
+    assert metrics.quantiles([5, 1, 3, 2, 4]) == pytest.approx((1.8, 3.0, 4.2))
+    assert np.isnan(metrics.quantiles([])[1])
+
+
+# ---------------------------------------------------------------------------------- rotation
+
+def test_rotation_copies_exceed_l2():
+    l2 = 60 << 20
+    for per in (1, 4096, 8 << 20, 59 << 20, 60 << 20, 61 << 20, 1 << 30):
+        n = metrics.rotation_copies(per, l2, factor=2.0, max_copies=10**9)
+        assert n * per >= 2 * l2 or n == 1
+        assert n == 1 or (n - 1) * per < 2 * l2  # the fewest that do
+        assert metrics.l2_cold(n, per, l2) or per * n > l2
+    assert metrics.rotation_copies(8 << 20, l2) == 15  # 4096x4096 4-bit weights: ceil(120 / 8)
+
+
+def test_rotation_caps():
+    l2 = 60 << 20
+    assert metrics.rotation_copies(1000, l2, max_copies=64) == 64
+    assert not metrics.l2_cold(64, 1000, l2)
+    assert metrics.rotation_copies(100 << 20, l2, mem_budget_bytes=50 << 20) == 1
+    assert metrics.rotation_copies(10 << 20, l2, mem_budget_bytes=30 << 20) == 3
+    assert metrics.rotation_copies(0, l2) == 1
+    assert metrics.rotation_copies(100, 0) == 1
+
+
+def test_batch_and_sample_sizing():
+    from numba_nbits.perf.harness import Budget, batch_size, host_calls, sample_count
+
+    b = Budget()
+    assert batch_size(15, 2.0, b) == 20  # 40 us of work at 2 us per call
+    assert batch_size(15, 100.0, b) == 15  # a whole rotation at least
+    assert batch_size(5000, 1.0, b) == 5000
+    assert batch_size(1, 1e-6, b) == b.max_batch
+    assert b.min_samples <= sample_count(20, 2.0, b) <= b.max_samples
+    assert sample_count(1, 1e5, b) == b.min_samples
+    assert sample_count(1, float("nan"), b) == b.min_samples
+    assert host_calls(1.0, b) == b.host_max_calls and host_calls(1e5, b) == b.host_min_calls
+
+
+# ------------------------------------------------------------------------------------ shapes
+
+def test_shape_lists():
+    want = {(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096),
+            (200064, 3072), (32, 2880), (256, 7168)}
+    assert {(s.N, s.K) for s in shapes.SHAPES.values()} == want
+    assert len({s.name for s in shapes.SHAPES.values()}) == len(shapes.SHAPES)
+    for s in shapes.SHAPES.values():
+        assert s.N % 8 == 0 and s.K % 32 == 0 and s.role in ("proj", "lm_head", "router")
+    assert shapes.SHAPES["router-gptoss"].bias
+    for plan in (shapes.FULL_PLAN, shapes.QUICK_PLAN):
+        for t in plan:
+            assert set(t.shapes) <= set(shapes.SHAPES), t.name
+            assert set(t.bits) <= set(shapes.ALL_BITS) and set(t.dtypes) <= set(shapes.ALL_DTYPES)
+            assert set(t.Ms) <= set(shapes.ALL_M) and set(t.blocks) <= set(shapes.ALL_BLOCKS)
+            assert set(t.zps) <= set(shapes.ZERO_POINTS)
+    assert shapes.ALL_M == (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
+
+
+def test_full_plan_covers_the_grid_with_pruning():
+    cases = shapes.expand(shapes.FULL_PLAN)
+    keys = [(c.group, c.M) for c in cases]
+    assert len(keys) == len(set(keys))
+    assert {c.bits for c in cases} == {2, 4, 8}
+    assert {c.block for c in cases} == {32, 64, 128}
+    assert {c.dtype for c in cases} == {"float16", "bfloat16", "float32"}
+    assert {c.M for c in cases} == set(shapes.ALL_M)
+    assert {c.shape for c in cases} == set(shapes.SHAPES)
+    assert any(c.variant == shapes.ROUTER_AB_VARIANT for c in cases)
+    assert all(shapes.shape_named(c.shape).role == "router" for c in cases if c.variant)
+    assert len(cases) < 400
+    assert cases[0].tier == shapes.FULL_PLAN[0].name  # priority order
+
+
+def test_quick_plan():
+    cases = shapes.expand(shapes.QUICK_PLAN)
+    assert {c.M for c in cases} == {1, 16, 256}
+    assert {c.bits for c in cases} == {4} and {c.block for c in cases} == {32, 128}
+    assert {c.dtype for c in cases} == {"float16"}
+    assert len(cases) <= 30
+
+
+def test_expand_overrides_and_sweeps():
+    cases = shapes.expand(shapes.FULL_PLAN, shapes=["4096x4096"], Ms=[1, 64], bits=[8], blocks=[32],
+                          dtypes=["float32"])
+    assert {(c.shape, c.M, c.bits, c.block, c.dtype) for c in cases} == {
+        ("l3-8b-attn", 1, 8, 32, "float32"), ("l3-8b-attn", 64, 8, 32, "float32")} | (
+        {("l3-8b-attn", m, 8, 32, "float32") for m in ()})
+    adhoc = shapes.expand(shapes.QUICK_PLAN, shapes=["48x96"], Ms=[3])
+    assert {(c.shape, c.M) for c in adhoc} == {("48x96", 3)}
+    assert shapes.shape_named("48x96").N == 48
+    gemv = shapes.expand(shapes.FULL_PLAN, sweep="gemv")
+    assert gemv and all(c.M <= 16 and shapes.shape_named(c.shape).role != "router" for c in gemv)
+    gemm = shapes.expand(shapes.FULL_PLAN, sweep="gemm")
+    assert gemm and all(c.M > 16 for c in gemm)
+    router = shapes.expand(shapes.FULL_PLAN, sweep="router")
+    assert router and all(shapes.shape_named(c.shape).role == "router" for c in router)
+    with pytest.raises(ValueError):
+        shapes.expand(shapes.FULL_PLAN, sweep="bogus")
+    with pytest.raises(ValueError):
+        shapes.shape_named("llama")
+
+
+def test_groups_sorted_by_M():
+    gs = shapes.groups(shapes.expand(shapes.QUICK_PLAN))
+    for _, cs in gs:
+        assert [c.M for c in cs] == sorted(c.M for c in cs)
+        assert len({c.group for c in cs}) == 1
+
+
+# --------------------------------------------------------------------------------------- CLI
+
+def test_cli_defaults():
+    a = cli.parse([])
+    assert a.budget_s == cli.FULL_BUDGET_S and a.sweep == "all" and a.routes == ["auto", "forced"]
+    assert len(a.cases) == len(shapes.expand(shapes.FULL_PLAN))
+    assert not a.no_peers and a.out is None
+
+
+def test_cli_options(tmp_path):
+    a = cli.parse(["--quick", "--sweep", "gemv", "--shapes", "l3-8b-attn,lmhead-l3", "--M", "1,4",
+                   "--bits", "4,8", "--block-sizes", "64", "--dtypes", "bf16,fp16", "--routes", "auto",
+                   "--out", str(tmp_path), "--no-peers", "--budget-s", "30"])
+    assert a.quick and a.no_peers and a.routes == ["auto"] and a.out == tmp_path and a.budget_s == 30
+    assert {c.shape for c in a.cases} == {"l3-8b-attn", "lmhead-l3"}
+    assert {c.M for c in a.cases} == {1, 4} and {c.bits for c in a.cases} == {4, 8}
+    assert {c.dtype for c in a.cases} == {"bfloat16", "float16"} and {c.block for c in a.cases} == {64}
+    assert cli.parse(["--quick"]).budget_s == cli.QUICK_BUDGET_S
+
+
+@pytest.mark.parametrize("argv", [["--bits", "3"], ["--M", "x"], ["--dtypes", "int8"], ["--shapes", "nope"],
+                                  ["--sweep", "moe"]])
+def test_cli_rejects(argv):
+    with pytest.raises(SystemExit):
+        cli.parse(argv)
+
+
+def test_default_out_dir():
+    import datetime
+
+    d = cli.default_out("NVIDIA H200", datetime.date(2026, 12, 1))
+    assert d.parts[-3:] == ("perf", "results", "2026-12-01-h200")
+
+
+def test_dry_run_imports_no_torch_or_numba():
+    code = ("import sys; from numba_nbits.perf.cli import main; main(['--dry-run', '--quick']); "
+            "import numba_nbits.perf.report, numba_nbits.perf.peers, numba_nbits.perf.runner; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'numba.cuda' not in sys.modules, 'numba.cuda imported'")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "cases in" in r.stdout
+
+
+# ------------------------------------------------------------------------------------ report
+
+def _rows():
+    env = {"gpu": "NVIDIA H200", "sm_count": 132, "driver": "580", "numba_cuda": "0.30.4", "cuda_core": "1.2.0",
+           "torch": "2.11", "git_commit": "abc", "date": "2026-12-01 10:00"}
+    base = {"shape": "l3-8b-attn", "N": 4096, "K": 4096, "bits": 4, "block": 128, "dtype": "float16", "zp": "none",
+            "bias": False, "variant": "", **env}
+    out = []
+    for M, auto, fast, dense in ((1, 3.0, 2.5, 14.0), (256, 30.0, 30.0, 18.7)):
+        out += [
+            {**base, "M": M, "kind": "ours", "route": "gemv_w4" if M == 1 else "dequant_cublas", "forced": False,
+             "us": auto, "correct": True, "rel_err": 1e-4, "pct_roofline": 50.0, "pct_bw": 50.0},
+            {**base, "M": M, "kind": "ours", "route": "fast_but_wrong", "forced": True, "us": 0.5, "correct": False,
+             "rel_err": 0.5},
+            {**base, "M": M, "kind": "ours", "route": "other", "forced": True, "us": fast, "correct": True,
+             "rel_err": 1e-4, "pct_roofline": 60.0, "pct_bw": 60.0},
+            {**base, "M": M, "kind": "peer", "route": "torch_dense", "forced": False, "us": dense, "correct": True},
+        ]
+    out.append({**base, "M": 1, "kind": "ours", "route": "gemv_w4", "forced": True, "error": "RuntimeError: boom",
+                "correct": False})
+    for r in reference_rows():
+        if (r["N"], r["K"], r["block"]) == (4096, 4096, 128) and r["M"] in (1, 256):
+            out.append({**r, "shape": "l3-8b-attn", "variant": ""})
+    router = {**base, "shape": "router-gptoss", "N": 32, "K": 2880, "block": 32, "bias": True, "M": 1,
+              "kind": "ours", "forced": False, "correct": True}
+    out += [{**router, "route": "router_gemv", "us": 2.0, "host_us": 9.0},
+            {**router, "route": "gemv_w4", "us": 2.6, "host_us": 10.0, "variant": shapes.ROUTER_AB_VARIANT}]
+    return out
+
+
+def test_best_table_and_speedups():
+    bt = report.best_table(report.to_frame(_rows()))
+    r1 = bt[(bt["shape"] == "l3-8b-attn") & (bt["M"] == 1)].iloc[0]
+    assert r1["best_route"] == "other" and r1["best_us"] == 2.5  # the wrong one is never "best"
+    assert r1["auto_route"] == "gemv_w4" and r1["auto_us"] == 3.0
+    assert r1["vs torch_dense"] == pytest.approx(14.0 / 2.5)
+    assert r1["vs ref:ort_default"] == pytest.approx(6.31 / 2.5)
+    r256 = bt[(bt["shape"] == "l3-8b-attn") & (bt["M"] == 256)].iloc[0]
+    assert r256["vs torch_dense"] == pytest.approx(18.7 / 30.0)  # < 1: a miss
+    assert not (bt["variant"] == shapes.ROUTER_AB_VARIANT).any()
+
+
+def test_summary_markdown_shows_misses_wrong_and_router_ab():
+    df = report.to_frame(_rows())
+    meta = {"env": {"gpu": "NVIDIA H200", "l2_bytes": 60 << 20}, "ceilings": {"bw_tb_s": 4.3},
+            "skipped": [{"tier": "fp32", "shape": "l3-70b-up", "M": 1, "reason": "time budget exhausted"}],
+            "notes": [("tinygemm", "bf16 only")]}
+    md = report.summary_markdown(df, meta)
+    assert "## Best route per case" in md and "MISS" in md and "0.62x" in md
+    assert "fast_but_wrong" in md and "RuntimeError: boom" in md  # wrong and failed rows are shown
+    assert "Router A/B" in md and "router_gemv" in md
+    assert "time budget exhausted" in md and "tinygemm: bf16 only" in md
+    assert "Dispatch did not pick the fastest route" in md
+
+
+def test_csv_round_trip(tmp_path):
+    df = report.write_results(tmp_path, _rows(), {"env": {"gpu": "x"}}, plots=False)
+    back, meta = report.read_results(tmp_path)
+    assert list(back.columns) == list(df.columns)
+    assert len(back) == len(df) and meta["env"]["gpu"] == "x"
+    assert set(report.COLUMNS) <= set(back.columns)
+    ref = back[back["kind"] == "reference"]
+    assert len(ref) and (ref["source"] == SOURCE).all() and ref["us"].notna().all()
+    pd.testing.assert_series_equal(back["us"].astype(float), df["us"].astype(float), check_names=False)
+    assert (tmp_path / "summary.md").read_text().startswith("# numba_nbits perf")
+
+
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    made = report.make_plots(report.to_frame(_rows()), tmp_path)
+    assert "latency_l3-8b-attn_4b_g128_fp16_none.png" in made
+    assert all((tmp_path / m).stat().st_size > 1000 for m in made)
+
+
+def test_readme_summary(tmp_path):
+    rows = _rows()
+    report.write_results(tmp_path, rows, {"env": {"gpu": "NVIDIA H200", "date": "2026-12-01", "git_commit": "abc"},
+                                          "ceilings": {"bw_tb_s": 4.31, "tflops_float16": 755.0}}, plots=False)
+    text = report.readme_summary(tmp_path)
+    assert "NVIDIA H200" in text and "abc" in text and "4.31 TB/s" in text
+    assert "| shape | M | route | us |" in text
+    assert "other" in text and "vs torch_dense" in text
+    r = subprocess.run([sys.executable, "-m", "numba_nbits.perf.report", "--readme", str(tmp_path)], cwd=REPO,
+                       capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == text
+
+
+def test_reference_rows():
+    rows = reference_rows()
+    assert len(rows) == 2 * 63
+    assert all(r["kind"] == "reference" and r["source"] == SOURCE for r in rows)
+    one = [r for r in rows if (r["N"], r["K"], r["block"], r["M"], r["route"]) == (28672, 8192, 32, 1, "ort_fpA_intB")]
+    assert one and one[0]["us_p50"] == 38.01
+    assert all(r["bias"] == ((r["N"], r["K"]) == (32, 2880)) for r in rows)
+
+
+def test_runner_reference_rows_only_for_measured_cases():
+    from numba_nbits.perf.runner import reference_rows_for
+
+    measured = [{"kind": "ours", "variant": "", "shape": "l3-8b-attn", "tier": "t", "N": 4096, "K": 4096, "bits": 4,
+                 "block": 128, "dtype": "float16", "zp": "none", "M": 16}]
+    refs = reference_rows_for(measured)
+    assert {(r["route"], r["M"]) for r in refs} == {("ort_default", 16), ("ort_fpA_intB", 16)}
+    assert all(r["kind"] == "reference" and r["shape"] == "l3-8b-attn" for r in refs)
+
+
+def test_meta_is_json(tmp_path):
+    report.write_results(tmp_path, _rows(), {"env": {}, "notes": [("a", "b")]}, plots=False)
+    assert json.loads((tmp_path / "meta.json").read_text())["notes"] == [["a", "b"]]
