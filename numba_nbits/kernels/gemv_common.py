@@ -76,9 +76,9 @@ from .intrinsics import ldg_v4, u32_as_f32
 #: Shared memory (bytes) a block may use for staged A. 48 KiB needs no opt-in and leaves room for
 #: 4 such blocks per H200 SM (228 KiB); A of K = 11,264 (M tile 1) fits in one tile.
 SMEM_BUDGET = 48 * 1024
-#: Target number of blocks per launch before rows per warp are reduced (2 waves of 132 SMs), so
-#: small-N problems still spread over the whole GPU.
-MIN_BLOCKS = 2 * 132
+#: Row groups (blocks) a launch should have before rows per warp are reduced: one per SM of a
+#: 132-SM H200, so small-N problems (4096 rows: R = 2) still spread over the whole GPU.
+MIN_BLOCKS = 132
 #: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
 MAGIC = 8388608.0
 FULL_MASK = 0xFFFFFFFF
