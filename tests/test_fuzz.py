@@ -117,8 +117,16 @@ def problems(draw):
     # small simulator profile). The route is forced only if its guards really admit the problem.
     target = draw(st.sampled_from(["any", "any"] + sorted(AVAILABLE)))
     fused = target in FUSED_TARGETS
+    other = target not in FUSED_TARGETS and target != "any" and not target.startswith("dequant")
     dtype = draw(st.sampled_from(list(DTYPES)))
-    if fused:
+    if other:  # a route added after this file was written (e.g. fpA_intB): tensor-core friendly shapes
+        fused = True
+        dtype = draw(st.sampled_from(["float16", "bfloat16"]))
+        bits, block, m_hi = draw(st.sampled_from([4, 8])), draw(st.sampled_from([32, 64, 128])), 64
+        N = 64 * draw(st.integers(1, max(1, N_MAX // 64)))
+        K = block * draw(st.integers(1, max(1, K_MAX // block)))
+        zp, g_idx = draw(st.sampled_from(["none", "packed"])), "none"
+    elif fused:
         bits, blocks, m_hi = FUSED_TARGETS[target]
         block = draw(st.sampled_from(blocks))
         if target == "router_gemv":
