@@ -240,3 +240,24 @@ def test_plans_serve_every_admitted_route_problem():
              ("router_gemv", Problem(M=1, N=32, K=2880, bits=4, block_size=64, dtype="float16", has_bias=True))]
     for name, p in cases:
         assert route_named(name).first_failure(p, CONFIG) is None, name
+
+
+@pytest.mark.parametrize("M,bits,bs,tile_cap,grid_cap", [(1, 4, 32, 1, 1), (3, 4, 16, 2, 2), (2, 8, 32, 3, 1),
+                                                         (1, 2, 16, 1, 1)])
+def test_persistent_rows_and_k_tiles(rng, M, bits, bs, tile_cap, grid_cap):
+    """The GPU-only schedules on small shapes: blocks looping over row groups, K in several tiles."""
+    from numba_nbits.kernels import gemv_common as gc
+
+    dtype = "float16"
+    N, K = 32, (72 if bits == 4 else 96)
+    npdt = np_dtype(dtype)
+    w, (B, S, Z, _) = make(rng, bits=bits, N=N, K=K, bs=bs, dtype=dtype, zp="packed")
+    p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points="packed")
+    mt = {1: 1, 2: 2, 3: 4}[M]
+    plan = gc.build_plan(w, p, route="test", mt=mt, r_max=1, u=2, warps=2, grid_cap=grid_cap, tile_cap=tile_cap)
+    assert plan.grid[0] == grid_cap
+    for _ in range(2):
+        A = rng.standard_normal((M, K)).astype(np.float32).astype(npdt)
+        y = run_plan(plan, A, N, npdt)
+        ref = matmul_nbits_ref(A, B, S, Z, K=K, N=N, bits=bits, block_size=bs)
+        assert relative_error(y, ref) <= TOLERANCES[dtype], plan

@@ -459,8 +459,13 @@ class GemvPlan:
 
 
 def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
-               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None) -> GemvPlan:
-    """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this)."""
+               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None,
+               grid_cap: int | None = None, tile_cap: int | None = None) -> GemvPlan:
+    """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this).
+
+    ``grid_cap`` / ``tile_cap`` (tests only) force the persistent row-group loop and K tiling on
+    small shapes.
+    """
     w = weights
     M, N, K = problem.M, w.N, w.K
     row_bytes = w.K_padded * w.bits // 8
@@ -476,6 +481,8 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
         smem = 0
     else:
         tile = tile_chunks_for(row_chunks, mt, spec.pad)
+        if tile_cap:
+            tile = min(tile, tile_cap)
         smem = mt * tile * spec.pad * 4
     n_groups = -(-N // (warps * r))
     grid_x = n_groups
@@ -483,6 +490,8 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
         # persistent blocks: A staged once per block, blocks stride over the row groups
         sms, _ = _device_info()
         grid_x = min(n_groups, sms * resident_blocks(kern, spec.threads, smem))
+    if grid_cap:
+        grid_x = min(grid_x, grid_cap)
     grid = (grid_x, -(-M // mt), 1)
     a0 = _placeholder(w, (M, K))
     o0 = _placeholder(w, (M, N))
