@@ -326,3 +326,54 @@ def test_runner_reference_rows_only_for_measured_cases():
 def test_meta_is_json(tmp_path):
     report.write_results(tmp_path, _rows(), {"env": {}, "notes": [("a", "b")]}, plots=False)
     assert json.loads((tmp_path / "meta.json").read_text())["notes"] == [["a", "b"]]
+
+
+# ------------------------------------------------------------------------------ peers (CPU)
+
+@pytest.mark.parametrize("zp,bias", [("none", False), ("packed", True)])
+def test_ort_model_matches_oracle_on_cpu(zp, bias):
+    """The one-node model the ORT CUDA peer runs is well-formed: ORT's CPU EP reproduces the oracle."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from numba_nbits.perf.peers import matmulnbits_model
+    from numba_nbits.perf.subjects import random_activation, random_weights
+    from numba_nbits.reference import matmul_nbits_ref, relative_error
+
+    rng = np.random.default_rng(0)
+    w = random_weights(24, 64, 4, 32, "float32", zp, bias, rng)
+    sess = ort.InferenceSession(matmulnbits_model(w), providers=["CPUExecutionProvider"])
+    A = random_activation(3, 64, "float32", rng)
+    (Y,) = sess.run(None, {"A": A})
+    ref = matmul_nbits_ref(A, w.B, w.scales, w.zero_points, None, w.bias, K=64, N=24, bits=4, block_size=32)
+    assert relative_error(Y, ref) < 1e-5
+
+
+def test_random_weights_layouts():
+    from numba_nbits.perf.subjects import Oracle, random_weights, sample_indices
+
+    rng = np.random.default_rng(1)
+    w = random_weights(16, 100, 2, 64, "bfloat16", "packed", True, rng)
+    assert w.B.shape == (16, 2, 16) and w.scales.shape == (16, 2) and w.zero_points.shape == (16, 1)
+    assert w.scales.dtype.name == "bfloat16" and w.bias.shape == (16,)
+    idx = sample_indices(10_000, 16, rng)
+    assert len(idx) == 16 and idx[0] == 0 and idx[-1] == 9_999 and np.all(np.diff(idx) > 0)
+    o = Oracle(w, 40, rng)
+    assert o.ref.shape == (16, 16) and o.A.shape == (40, 100)
+
+
+def test_torch_dequant_matches_oracle():
+    """The composite peer's torch dequantization decodes ORT's layouts (CPU torch is enough)."""
+    torch = pytest.importorskip("torch")
+    from numba_nbits.perf.peers import dequant_torch
+    from numba_nbits.perf.subjects import random_weights
+    from numba_nbits.reference import dequantize_ref
+
+    rng = np.random.default_rng(2)
+    for bits in (2, 4, 8):
+        for zp in ("none", "packed"):
+            w = random_weights(8, 96, bits, 32, "float32", zp, False, rng)
+            got = dequant_torch(torch, torch.from_numpy(w.B), torch.from_numpy(w.scales),
+                                None if w.zero_points is None else torch.from_numpy(w.zero_points),
+                                bits, 32, 96, torch.float64).numpy()
+            ref = dequantize_ref(w.B, w.scales, w.zero_points, None, K=96, N=8, bits=bits, block_size=32)
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)

@@ -23,7 +23,7 @@ from .ceilings import environment, measure_ceilings, peak_for
 from .harness import Budget, make_backend, measure
 from .metrics import derived, flops, l2_cold, nbits_bytes, rotation_copies
 from .shapes import DTYPE_SHORT, ROUTER_AB_VARIANT, Case, groups, shape_named
-from .subjects import (Activations, OpSet, Ours, act_bytes, check, eligible_routes, random_weights,
+from .subjects import (Activations, OpSet, Oracle, Ours, act_bytes, check, eligible_routes, random_weights,
                        tolerance)
 
 NAN = float("nan")
@@ -141,6 +141,7 @@ class _Ctx:
         if self.over_budget():
             for c in cases:
                 self._skip(c, "time budget exhausted")
+                self.prog.step(f"{shape} M={c.M}: skipped (budget)")
             return []
         spec = shape_named(shape)
         w = random_weights(spec.N, spec.K, bits, block, dtype, zp, spec.bias, _rng(self.o.seed, key))
@@ -182,6 +183,7 @@ class _Ctx:
         n_act = max(1, min(self.copies(act), n_ops))
         rng = _rng(self.o.seed, c.group, M)
         acts = Activations(self.b, M, w, n_act, rng)
+        self.oracle = Oracle(w, M, rng)  # one fresh A per case, shared by every subject's check
         base = self._base(c, w)
         rows = []
         auto_route = auto.route_for(M)
@@ -226,7 +228,7 @@ class _Ctx:
                 if getattr(subj, "host_timed", False):
                     row.update(subj.time(self.b))
                     row.update(self._derive(row, subj.nbytes, w, M, None))
-                    row.update(check(subj, self.b, w, M, rng, tolerance(w.dtype)))
+                    row.update(check(subj, self.b, self.oracle, tolerance(w.dtype)))
                 else:
                     self._time_and_check(row, subj, w, M, rng, subj.copies * subj.nbytes, use_tf32=False,
                                          nbytes=subj.nbytes)
@@ -251,7 +253,7 @@ class _Ctx:
         row["working_set_mb"] = working_set / 2**20
         row["l2_cold"] = l2_cold(1, working_set, self.l2)
         row.update(self._derive(row, nbytes, w, M, use_tf32))
-        row.update(check(subj, self.b, w, M, rng, tolerance(w.dtype, use_tf32)))
+        row.update(check(subj, self.b, self.oracle, tolerance(w.dtype, use_tf32)))
 
     def _derive(self, row, nbytes, w, M, use_tf32) -> dict:
         us_graph = row.get("us_graph", NAN)
