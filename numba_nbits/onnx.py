@@ -381,7 +381,7 @@ class OnnxModel:
                                   [helper.make_tensor_value_info("A", dt, None)],
                                   [helper.make_tensor_value_info("Y", dt, None)], inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
-                                                       helper.make_opsetid(MS_DOMAIN, 1)])
+                                                       helper.make_opsetid(MS_DOMAIN, 1)], ir_version=10)
 
     # ------------------------------------------------------------------ whole graph
     def check_supported(self) -> None:

@@ -33,3 +33,20 @@ def rng(request):
     """A generator seeded per test (fresh data per test, reproducible per test id)."""
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+def to_dev(x):
+    """numba device copy of a host array; bf16 goes through uint16 bits (numba cannot copy ml_dtypes
+    bfloat16 host arrays on a real GPU: its host_pointer rejects them)."""
+    from numba import cuda
+
+    if not SIMULATED and x.dtype.name == "bfloat16":
+        return cuda.to_device(np.ascontiguousarray(x).view(np.uint16)).view(x.dtype)
+    return cuda.to_device(x)
+
+
+def to_host(d):
+    """Host copy of a numba device array (bf16 through uint16 bits, see ``to_dev``)."""
+    if not SIMULATED and d.dtype.name == "bfloat16":
+        return d.view(np.uint16).copy_to_host().view(d.dtype)
+    return d.copy_to_host()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIMULATED, requires_gpu
+from conftest import SIMULATED, requires_gpu, to_dev, to_host
 
 import numba_nbits as nb
 from numba_nbits import config as cfg
@@ -251,7 +251,7 @@ def test_every_failing_knob_is_covered():
 def _dev(x):
     from numba import cuda
 
-    return cuda.to_device(x)
+    return to_dev(x)
 
 
 def _A(M=2, k=K, dtype=F16, seed=3):
@@ -317,11 +317,11 @@ def test_call_errors_leave_out_untouched(name, opkw, make_a, make_out, exc, matc
         out = _dev(np.full((2, N), np.nan, F16))
     else:
         out = make_out()
-    before = np.array(out.copy_to_host() if hasattr(out, "copy_to_host") else out, copy=True)
+    before = np.array(to_host(out) if hasattr(out, "copy_to_host") else out, copy=True)
     A = make_a()
     with pytest.raises(exc, match=match):
         op(A, out=out)
-    after = np.asarray(out.copy_to_host() if hasattr(out, "copy_to_host") else out)
+    after = np.asarray(to_host(out) if hasattr(out, "copy_to_host") else out)
     assert before.tobytes() == after.tobytes(), f"{name}: out was modified by a failing call"
 
 

@@ -35,7 +35,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIMULATED
+from conftest import SIMULATED, to_dev, to_host
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -205,14 +205,14 @@ def run_op(op, A, io):
         return np.asarray(op(A))
     from numba import cuda
 
-    dA = cuda.to_device(A)
+    dA = to_dev(A)
     if io == "device":
-        return op(dA).copy_to_host()
+        return to_host(op(dA))
     out_shape = A.shape[:-1] + (op.N,)
-    out = cuda.to_device(np.full(out_shape, np.nan, A.dtype))
+    out = to_dev(np.full(out_shape, np.nan, A.dtype))
     ret = op(dA, out=out)
     assert ret is out
-    return out.copy_to_host()
+    return to_host(out)
 
 
 def check_result(Y, ref, dtype):

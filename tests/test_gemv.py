@@ -34,6 +34,14 @@ def _family(bits: int, router: bool = False):
     return importlib.import_module(f"numba_nbits.kernels.{name}")
 
 
+def _build(bits, router, w, p):
+    """The CUDA-core kernels of each family (gemv_w4's tensor-core path is tested in test_gemv_mma.py)."""
+    mod = _family(bits, router)
+    if mod.__name__.endswith("gemv_w4"):
+        return mod.build(w, p, CONFIG, kernel="cuda_core")
+    return mod.build(w, p, CONFIG)
+
+
 def make(rng, *, bits, N, K, bs, dtype, zp, bias=False, scale=1.0):
     npdt = np_dtype(dtype)
     W = (rng.standard_normal((N, K)) * scale).astype(np.float32).astype(npdt)
@@ -61,7 +69,7 @@ def check(rng, *, bits, M, N, K, bs, dtype, zp, router=False, bias=False, reruns
     npdt = np_dtype(dtype)
     w, (B, S, Z, bvec) = make(rng, bits=bits, N=N, K=K, bs=bs, dtype=dtype, zp=zp, bias=bias)
     p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=w.zp_kind, has_bias=bias)
-    plan = _family(bits, router).build(w, p, CONFIG)
+    plan = _build(bits, router, w, p)
     for _ in range(reruns):
         A = rng.standard_normal((M, K)).astype(np.float32).astype(npdt)
         y = run_plan(plan, A, N, npdt)
@@ -77,7 +85,7 @@ def check_onehot(rng, *, bits, M, N, K, bs, dtype, zp, ks):
     npdt = np_dtype(dtype)
     w, (B, S, Z, _) = make(rng, bits=bits, N=N, K=K, bs=bs, dtype=dtype, zp=zp)
     p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=w.zp_kind)
-    plan = _family(bits).build(w, p, CONFIG)
+    plan = _build(bits, False, w, p)
     A = np.zeros((M, K), np.float32)
     A[np.arange(M), ks] = 1.0
     y = run_plan(plan, A.astype(npdt), N, npdt)

@@ -21,7 +21,7 @@ import importlib.util
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIMULATED
+from conftest import SIMULATED, to_dev, to_host
 
 import numba_nbits as nb
 from numba_nbits.config import load_config
@@ -231,12 +231,12 @@ def test_bitwise_reproducible(rng, route, dtype):
     from numba import cuda
 
     op = make_op(route, B, s, bias=bias, K=K, N=N, bits=bits, block=block)
-    dA = cuda.to_device(A)
+    dA = to_dev(A)
     outs = []
     for _ in range(3):
-        out = cuda.to_device(np.full((M, N), np.nan, dt))
+        out = to_dev(np.full((M, N), np.nan, dt))
         op(dA, out=out)
-        outs.append(out.copy_to_host().tobytes())
+        outs.append(to_host(out).tobytes())
     outs.append(np.asarray(op(A)).tobytes())
     op2 = make_op(route, B, s, bias=bias, K=K, N=N, bits=bits, block=block)
     outs.append(np.asarray(op2(A)).tobytes())

@@ -37,6 +37,10 @@ ORT_TOL = 2e-5
 M_SIM = 17
 
 
+
+# fp32 comparisons with TOLERANCES["float32"] need TF32 off (ORT CUDA and numba_nbits default it on)
+EXACT = {"use_tf32": False}
+
 def _have_quantizer():
     try:
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: F401
@@ -62,7 +66,7 @@ def _mlp(rng, K=40, H=24, N=16, opset=20):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", N])],
                           [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(b1, "b1"),
                            numpy_helper.from_array(W2, "W2")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def _one_node(B, scales, zp=None, bias=None, *, K, N, bits, block_size, name="mnb", b_as_input=False, **extra):
@@ -86,7 +90,7 @@ def _one_node(B, scales, zp=None, bias=None, *, K, N, bits, block_size, name="mn
                             block_size=block_size, **extra)
     g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", N])],
                           inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)], ir_version=10)
 
 
 # ----------------------------------------------------------------------------- loading & API
@@ -103,7 +107,7 @@ def test_hand_made_node(rng):
     W = rng.standard_normal((N, K)).astype(np.float32)
     B, s, zp = quantize(W, 4, 32, symmetric=False)
     bias = rng.standard_normal(N).astype(np.float32)
-    m = load(_one_node(B, s, zp, bias, K=K, N=N, bits=4, block_size=32, accuracy_level=4))
+    m = load(_one_node(B, s, zp, bias, K=K, N=N, bits=4, block_size=32, accuracy_level=4), config=EXACT)
     assert m.node_names == ["mnb"] and m.inputs == ["A"] and m.outputs == ["Y"]
     assert m.attributes("mnb") == {"K": K, "N": N, "bits": 4, "block_size": 32, "accuracy_level": 4,
                                    "weight_prepacked": 0}
@@ -131,7 +135,7 @@ def test_external_data_relative_to_model_path(tmp_path, rng):
     cwd = os.getcwd()
     os.chdir(tmp_path)  # resolution must not depend on the working directory
     try:
-        m = load(str(sub / "q.onnx"))
+        m = load(str(sub / "q.onnx"), config=EXACT)
         A = rng.standard_normal((M_SIM, K)).astype(np.float32)
         y = m.run_node(m.node_names[0], A)
     finally:
@@ -148,7 +152,7 @@ def test_constant_node_inputs(rng):
     init = [t for t in g.initializer if t.name == "scales"][0]
     g.initializer.remove(init)
     g.node.insert(0, helper.make_node("Constant", [], ["scales"], value=init))
-    m = load(model)
+    m = load(model, config=EXACT)
     A = rng.standard_normal((M_SIM, K)).astype(np.float32)
     assert relative_error(m.run({"A": A})["Y"], matmul_nbits_ref(A, B, s, K=K, N=N, bits=4, block_size=32)) \
         <= TOLERANCES["float32"]
@@ -169,12 +173,12 @@ def test_error_missing_initializer(rng):
     model.graph.node[0].input.append("")
     model.graph.node[0].input.append("nope")  # bias
     with pytest.raises(MatMulNBitsError, match=r"MatMulNBits node 'layer3': missing initializer 'nope'"):
-        load(model).node("layer3")
+        load(model, config=EXACT).node("layer3")
 
 
 def test_error_weights_as_graph_input(rng):
     B, s, K, N = _base(rng)
-    m = load(_one_node(B, s, K=K, N=N, bits=4, block_size=32, name="qkv", b_as_input=True))
+    m = load(_one_node(B, s, K=K, N=N, bits=4, block_size=32, name="qkv", b_as_input=True), config=EXACT)
     with pytest.raises(MatMulNBitsError, match=r"node 'qkv': input B \('B'\) is a graph input, not a constant"):
         m.node("qkv")
 
@@ -187,7 +191,7 @@ def test_error_weights_computed(rng):
     g.node.insert(0, helper.make_node("Identity", ["scales"], ["scales2"], name="ident"))
     with pytest.raises(MatMulNBitsError, match=r"node 'n0': input scales \('scales2'\) is computed at run time "
                                                r"by node 'ident'"):
-        load(model).node("n0")
+        load(model, config=EXACT).node("n0")
 
 
 @pytest.mark.parametrize("attr,value,msg", [
@@ -205,7 +209,7 @@ def test_error_bad_attribute(rng, attr, value, msg):
     if not any(a.name == attr for a in model.graph.node[0].attribute):
         model.graph.node[0].attribute.append(helper.make_attribute(attr, value))
     with pytest.raises(MatMulNBitsError, match="MatMulNBits node 'bad': .*" + msg.replace("(", r"\(")):
-        load(model).node("bad")
+        load(model, config=EXACT).node("bad")
 
 
 def test_error_missing_attribute_and_bad_shape(rng):
@@ -213,11 +217,11 @@ def test_error_missing_attribute_and_bad_shape(rng):
     model = _one_node(B, s, K=K, N=N, bits=4, block_size=32, name="x")
     del model.graph.node[0].attribute[0]  # K
     with pytest.raises(MatMulNBitsError, match="node 'x': missing required attribute K"):
-        load(model).node("x")
+        load(model, config=EXACT).node("x")
     model = _one_node(B[:, :, :8], s, K=K, N=N, bits=4, block_size=32, name="y")
     with pytest.raises(MatMulNBitsError, match=r"node 'y': input B must have shape"):
-        load(model).node("y")
-    m = load(_one_node(B, s, K=K, N=N, bits=4, block_size=32, name="z"))
+        load(model, config=EXACT).node("y")
+    m = load(_one_node(B, s, K=K, N=N, bits=4, block_size=32, name="z"), config=EXACT)
     with pytest.raises(MatMulNBitsError, match=r"node 'z': input A's last dimension"):
         m.run_node("z", np.zeros((2, K + 1), np.float32))
     with pytest.raises(KeyError, match="no node named 'w'"):
@@ -230,7 +234,7 @@ def test_unsupported_op_names_op_and_node(rng):
     model.graph.node.append(helper.make_node("Hardmax", ["Y"], ["Z"], name="hm"))
     model.graph.output[0].name = "Z"
     with pytest.raises(NotImplementedError, match=r"op Hardmax \(node 'hm'\) is not supported"):
-        load(model).run({"A": np.zeros((1, K), np.float32)})
+        load(model, config=EXACT).run({"A": np.zeros((1, K), np.float32)})
     assert "Gelu" in SUPPORTED_OPS and "com.microsoft:FastGelu" in SUPPORTED_OPS
 
 
@@ -240,7 +244,7 @@ def test_unsupported_op_names_op_and_node(rng):
 @pytest.mark.parametrize("bits,symmetric", [(4, False), (8, True)])
 def test_ort_quantized_mlp_run_matches_ort(rng, bits, symmetric):
     model = _minilm.quantize(_mlp(rng), bits=bits, block_size=32, symmetric=symmetric)
-    m = load(model)
+    m = load(model, config=EXACT)
     assert len(m.node_names) == 2 and all(n.endswith(f"_Q{bits}") for n in m.node_names)
     x = rng.standard_normal((20, 40)).astype(np.float32)  # M=20
     ours = m.run({"x": x})["y"]
@@ -276,8 +280,8 @@ def test_host_ops_match_ort(rng):
              numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")]
     g = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(MS, 1)])
-    ours = load(model).run({"x": x})["y"]
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(MS, 1)], ir_version=10)
+    ours = load(model, config=EXACT).run({"x": x})["y"]
     ref = _minilm.ort_session(model).run(None, {"x": x})[0]
     assert ours.shape == ref.shape == (2, 2, 4, 3)
     assert np.allclose(ours, ref, rtol=2e-3, atol=2e-3)  # one fp16 round trip (Cast to=10) inside
@@ -311,7 +315,7 @@ def _node_inputs(qmodel, m, hidden):
 def test_minilm_nodes_match_ort(minilm, bits, block_size, symmetric):
     w, fmodel = minilm
     qmodel = _minilm.quantize(fmodel, bits=bits, block_size=block_size, symmetric=symmetric)
-    m = load(qmodel)
+    m = load(qmodel, config=EXACT)
     assert len(m.node_names) == 6 * (1 if SIMULATED else _minilm.LAYERS)
     for n in m.node_names:
         at = m.attributes(n)
@@ -326,7 +330,7 @@ def test_minilm_nodes_match_ort(minilm, bits, block_size, symmetric):
         nm = m.node_model(name)
         if rows is not None:
             nm = _minilm.slice_rows(nm, rows)
-        sub = load(nm)
+        sub = load(nm, config=EXACT)
         sess = _minilm.ort_session(nm)
         ins = sub.constant_inputs(sub.node_names[0])
         at = sub.attributes(sub.node_names[0])
@@ -348,6 +352,6 @@ def test_minilm_nodes_match_ort(minilm, bits, block_size, symmetric):
 def test_minilm_whole_graph_matches_ort(minilm, bits, block_size, symmetric):
     w, fmodel = minilm
     qmodel = _minilm.quantize(fmodel, bits=bits, block_size=block_size, symmetric=symmetric)
-    ours = load(qmodel).run({"hidden": w["hidden"]})["last_hidden_state"]
+    ours = load(qmodel, config=EXACT).run({"hidden": w["hidden"]})["last_hidden_state"]
     theirs = _minilm.ort_session(qmodel).run(None, {"hidden": w["hidden"]})[0]
     assert relative_error(ours, theirs) <= 1e-4

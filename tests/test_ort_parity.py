@@ -60,7 +60,8 @@ def run_ort(A, B, scales, zp, g_idx, bias, *, K, N, bits, block_size):
                             block_size=block_size)
     out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)
     graph = helper.make_graph([node], "g", inputs, [out], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)  # IR 10: readable by every onnxruntime >= 1.17
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"A": A})[0]
 
