@@ -12,7 +12,9 @@ module removes that cost:
   bytes) inside one int64 buffer, with a ``void**`` table pointing at the slots. ``set_array`` /
   ``set_scalar`` rewrite single slots (an activation or output pointer per call), and ``launch``
   is one ``cuLaunchKernel`` call on the caller's stream: nothing is allocated, synchronised or
-  compiled, so it is safe while a CUDA graph is being captured.
+  compiled, so it is safe while a CUDA graph is being captured. Each thread gets its own copy of
+  the parameter buffer (made on its first use of the launch), so threads calling one operator on
+  their own streams never see each other's pointers; the driver copies the parameters at launch.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch
   with NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
 """
@@ -161,7 +163,7 @@ def _dims(d):
 class Launch:
     """A kernel bound to its launch geometry and a packed parameter buffer (see module docstring)."""
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_ptrs", "_ptrs_addr", "_args", "_lock",
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_ptrs", "_ptrs_addr", "_args", "_tls",
                  "_func", "_layout")
 
     def __init__(self, kernel: Kernel, grid, block, args: Sequence[Any], shared_mem: int = 0):
@@ -171,7 +173,7 @@ class Launch:
         self.grid = _dims(grid)
         self.block = _dims(block)
         self.shared_mem = int(shared_mem)
-        self._lock = threading.Lock()
+        self._tls = threading.local()
         kernel.dispatcher()
         if shared_mem:
             kernel.ensure_dynamic_shared(shared_mem)
@@ -192,6 +194,16 @@ class Launch:
                 self.set_array(i, a)
             else:
                 self.set_scalar(i, a)
+        self._tls.bufs = (self._vals, self._ptrs, self._ptrs_addr)
+
+    def _bufs(self):
+        """This thread's (values, pointer table, table address), copied from the template on first use."""
+        b = getattr(self._tls, "bufs", None)
+        if b is None:
+            vals = self._vals.copy()
+            ptrs = np.arange(vals.size, dtype=np.uint64) * np.uint64(8) + np.uint64(vals.ctypes.data)
+            b = self._tls.bufs = (vals, ptrs, int(ptrs.ctypes.data))
+        return b
 
     def set_array(self, i: int, a: DevArray) -> None:
         """Point array argument ``i`` at ``a`` (shape and strides must fit the kernel's signature)."""
@@ -199,11 +211,12 @@ class Launch:
             self._args[i] = a
             return
         first, n, kind, t = self._layout[i]
+        vals = self._bufs()[0] if hasattr(self._tls, "bufs") else self._vals
         if a.ndim != t.ndim:
             raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {a.shape}")
         if np.dtype(a.dtype).itemsize != t.dtype.bitwidth // 8:
             raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {a.dtype}")
-        self._vals[first:first + n] = (0, 0, a.size, a.itemsize, a.ptr, *a.shape, *a.strides)
+        vals[first:first + n] = (0, 0, a.size, a.itemsize, a.ptr, *a.shape, *a.strides)
 
     def set_scalar(self, i: int, v) -> None:
         if self._vals is None:
@@ -214,20 +227,20 @@ class Launch:
             v = int(np.float32(v).view(np.int32))
         elif t.name == "float64":
             v = int(np.float64(v).view(np.int64))
-        self._vals[first] = int(v)
+        vals = self._bufs()[0] if hasattr(self._tls, "bufs") else self._vals
+        vals[first] = int(v)
 
     def launch(self, stream: int = 0) -> None:
         """Launch on the stream with handle ``stream`` (an int; 0 is the legacy default stream)."""
         if self._vals is None:
             self._launch_simulated()
             return
-        with self._lock:
-            drv = _drv()
-            g, b = self.grid, self.block
-            err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                      stream, self._ptrs_addr, 0)
-            if int(err) != 0:
-                check((err,), f"cuLaunchKernel({self.kernel.name})")
+        drv = _drv()
+        g, b = self.grid, self.block
+        err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
+                                  stream, self._bufs()[2], 0)
+        if int(err) != 0:
+            check((err,), f"cuLaunchKernel({self.kernel.name})")
 
     __call__ = launch
 

@@ -176,7 +176,8 @@ class MatMulNBits:
                                           f"on device {self.device_id}; build one operator per device")
         kind = a_in.kind
         a_dev = a_in.dev
-        if not sim and (out is None or kind == "numpy") and is_capturing(s):
+        # torch's caching allocator is graph-aware, so torch outputs may be allocated during capture
+        if not sim and ((out is None and kind != "torch") or kind == "numpy") and is_capturing(s):
             raise CaptureError("MatMulNBits called during CUDA graph capture without a device A and an out= buffer: "
                                "allocating the output or copying host data cannot be captured; pass device arrays "
                                "and out=, and run a warmup inference outside capture first.")

@@ -216,7 +216,10 @@ def test_no_memory_growth(case, with_out):
         ctx.deallocations.clear()
         cuda.synchronize()
 
-    for _ in range(200):  # warm up: plans, kernels, cuBLAS workspace
+    # warm up: plans, kernels, cuBLAS workspace, and the allocators' pools (numba's and torch's keep
+    # freed blocks reserved; the first H200 run saw 34-122 MiB of pool growth with only 200 warm-up
+    # calls, which is a pool reaching its steady size, not a leak: growth *after* that is a leak)
+    for _ in range(2000):
         call()
     settle()
     free0 = ctx.get_memory_info()[0]

@@ -7,8 +7,9 @@ The GEMM of the universal route, row-major ``Y[M, N] = A[M, K] @ W[N, K]^T`` wit
 ``N x K_padded`` scratch, is the column-major ``Y^T = op_T(W) * A^T``:
 ``gemmEx(T, N, m=N, n=M, k=K, W, ldw=K_padded, A, lda=K, Y, ldy)`` with fp32 accumulation
 (``COMPUTE_32F``; ``COMPUTE_32F_FAST_TF32`` for fp32 when TF32 is allowed; ``COMPUTE_16F`` for fp16
-when ``ORT_CUDA_GEMM_OPTIONS`` has bit 0x01, as ORT does). Bits 0x02/0x04 select cuBLAS's
-"disallow reduced-precision reduction" and "pedantic" math modes.
+when ``ORT_CUDA_GEMM_OPTIONS`` has bit 0x01, as ORT does). cuBLAS's "disallow reduced-precision
+reduction" mode is always on (ORT: only with bit 0x02) so split-K reductions stay fp32; bit 0x04
+adds "pedantic" math.
 
 Under numba's CUDA simulator there is no cuBLAS: ``gemm_host`` does the same product in NumPy
 (float32 accumulation, one rounding to the output dtype). It is the only non-kernel stand-in.
@@ -70,9 +71,12 @@ def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, 
         compute, alpha, beta = ct.COMPUTE_16F, _ONE_H, _ZERO_H
     else:
         compute = ct.COMPUTE_32F
-    mode = 0
-    if options & 0x02:
-        mode |= int(cb.Math.DISALLOW_REDUCED_PRECISION_REDUCTION)
+    # fp32 accumulation everywhere: cuBLAS may otherwise reduce split-K partial sums in fp16/bf16
+    # (seen on the H200: a bf16 GEMM lost exactness that the fp32-accumulating kernels keep). ORT sets
+    # this only for ORT_CUDA_GEMM_OPTIONS bit 0x02; we always do (the bit stays accepted).
+    mode = int(cb.Math.DISALLOW_REDUCED_PRECISION_REDUCTION)
+    if options & 0x01 and dtype == "float16":  # fp16 accumulation was asked for explicitly
+        mode = 0
     if options & 0x04:
         mode |= int(cb.Math.PEDANTIC_MATH)
     r = _CUDA_R[dtype]

@@ -22,6 +22,7 @@ are fine.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -183,7 +184,9 @@ class DequantGemmPlan:
     The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
     ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped so the
     scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would allocate
-    1 GiB for a 262144 x 16384 fp16 LM head). Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
+    1 GiB for a 262144 x 16384 fp16 LM head). Each calling thread gets its own scratch (allocated on
+    its first call, outside graph capture), so threads running one operator on their own streams do
+    not overwrite each other's dequantized weights. Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
     """
 
     def __init__(self, w, problem, config, route: str, chunked: bool):
@@ -199,8 +202,11 @@ class DequantGemmPlan:
             per_row = w.K_padded * w.np_dtype.itemsize
             rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
         self.kernel = dequant_kernel(w.bits, w.dtype, w.zp_kind, w.g_idx is not None).name
-        self.scratch = w.derived(f"scratch_{rows}", lambda: device_empty((rows * w.K_padded,), w.np_dtype,
-                                                                         w.simulated))
+        self.rows = rows
+        self._alloc = lambda: device_empty((rows * w.K_padded,), w.np_dtype, w.simulated)
+        self._tls = threading.local()
+        self._tls.scratch = self.scratch = self._alloc()
+        self._vec = w.g_idx is None  # the vector kernel writes the scratch as uint32 words
         gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
         self.chunks = []
         for n0 in range(0, w.N, rows):
@@ -217,19 +223,33 @@ class DequantGemmPlan:
 
             self.handle = cublas.handle_for(w.device_id)
 
+    def _scratch(self, stream: int):
+        sc = getattr(self._tls, "scratch", None)
+        if sc is None:
+            from ..launch import CaptureError, is_capturing
+
+            if is_capturing(stream):
+                raise CaptureError("dequant_cublas: this thread has no scratch yet; run a warmup inference in this "
+                                   "thread outside capture first.")
+            sc = self._tls.scratch = self._alloc()
+        return sc
+
     def run(self, a, out, stream: int) -> None:
         w = self.w
+        scratch = self._scratch(stream)
         for n0, n, launch in self.chunks:
+            part = scratch.offset(0, (n * w.K_padded,))
+            launch.set_array(5, part.view(np.uint32) if self._vec else part)
             launch.launch(stream)
             if self.handle is None:
                 from ..dispatch.cublas import gemm_host
 
-                sc = self.scratch.host_view()[: n * w.K_padded].reshape(n, w.K_padded)
+                sc = scratch.host_view()[: n * w.K_padded].reshape(n, w.K_padded)
                 gemm_host(a.host_view(), sc, w.K, out.host_view()[:, n0:n0 + n])
             else:
                 from ..dispatch.cublas import gemm
 
-                gemm(self.handle, stream, a.shape[0], n, w.K, self.scratch.ptr, w.K_padded, a.ptr,
+                gemm(self.handle, stream, a.shape[0], n, w.K, scratch.ptr, w.K_padded, a.ptr,
                      out.ptr + n0 * out.itemsize, w.N, w.dtype, self.use_tf32, self.options)
 
 

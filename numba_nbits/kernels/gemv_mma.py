@@ -85,19 +85,30 @@ class Tactic:
     unroll: int = 2
 
 
-def default_tactic(N: int, K: int, block_size: int) -> Tactic:
-    """Pick the launch shape (H200, 132 SMs; to be tuned with perf/bench_mma.py).
+def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
+    """Pick the launch shape; rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
+    1/2/4) on the H200 (2026-11-30, 4-bit g32 fp16, M 1/4/16, 4096x4096, 28672x8192, 8192x28672,
+    128256x4096), where they pick the best tactic or one within 2% of it, except 4096x4096 (within 7%):
 
-    Two tiles per block when that still gives >= 2 blocks per SM (halves activation traffic per
-    weight byte); 8 split-K warps when each keeps >= 4 super-chunks, else 4; unroll 2 (1 for
-    block 128, whose super-chunk is already two 16-byte loads per tile).
+    * two 16-row tiles per block once that still gives >= 1 block per SM (halves activation reads
+      per weight byte): 28672x8192 M=16 88 us vs 99 us with one tile;
+    * unroll 1 on large N (2 for K >= 16384 at M <= 8, where fewer blocks need more loads in flight:
+      8192x28672 M=1 73 us vs 83 us); small N keeps 2 (1 for block 128, already two loads per tile);
+    * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
+      (the two-m-tile kernel's registers: 128256x4096 M=16 183 us with 4 warps vs 219 us with 8).
     """
     tiles = -(-N // TILE_N)
-    tpw = 2 if tiles // 2 >= 2 * 132 else 1
+    big = tiles // 2 >= 132
+    tpw = 2 if big else 1
     ks = max(64, block_size)
     n_super = -(-K // ks)
-    unroll = 1 if ks > 64 else 2
+    if big:
+        unroll = 2 if (K >= 16384 and M <= 8) else 1
+    else:
+        unroll = 1 if ks > 64 else 2
     warps = 8 if n_super >= 8 * 2 * unroll else 4 if n_super >= 4 * unroll else 2
+    if big and M > 8 and K <= 8192 and warps == 8:
+        warps = 4
     return Tactic(tpw=tpw, warps=warps, unroll=unroll)
 
 
@@ -397,5 +408,5 @@ def build(weights, problem, config=None, tactic: Tactic | None = None) -> GemvMm
         raise ValueError(f"gemv_mma does not support {problem.describe()}")
     if weights.bits != 4 or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
         raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
-    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size)
+    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M)
     return GemvMmaPlan(weights, problem.M, tac)
