@@ -33,10 +33,10 @@ def _perf() -> str:
         from .perf.report import readme_summary
     except ImportError:
         return "_No performance results committed yet._"
-    dirs = sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+    dirs = sorted(p for p in results.iterdir() if (p / "results.csv").is_file()) if results.is_dir() else []
     if not dirs:
         return "_No performance results committed yet._"
-    return readme_summary(dirs[-1])
+    return readme_summary(dirs[-1], link=dirs[-1].relative_to(ROOT))
 
 
 GENERATORS = {"routes": _routes, "env": _env, "perf": _perf}

@@ -296,14 +296,19 @@ def make_plots(df: pd.DataFrame, out_dir) -> list[str]:
 README_MS = (1, 16, 256, 4096)
 
 
-def readme_summary(results_dir) -> str:
-    """The README's short performance section, rendered from a results directory."""
+def readme_summary(results_dir, link=None) -> str:
+    """The README's short performance section, rendered from a results directory.
+
+    ``link`` is how the README refers to that directory (default: ``results_dir`` as given); pass a
+    repository-relative path so the rendered text does not depend on where the checkout lives.
+    """
     d = Path(results_dir)
+    link = Path(link).as_posix() if link is not None else d.as_posix()
     df, meta = read_results(d)
     env, ceil = meta.get("env", {}), meta.get("ceilings", {})
     bt = best_table(df)
-    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{env.get('git_commit', '?')}`) "
-             f"by `python -m numba_nbits.perf`; full tables: [`{d.as_posix()}/summary.md`]({d.as_posix()}/summary.md). "
+    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{env.get('git_commit') or 'unrecorded'}`) "
+             f"by `python -m numba_nbits.perf`; full tables: [`{link}/summary.md`]({link}/summary.md). "
              f"Ceilings in that run: copy {_fmt(_f(ceil.get('bw_tb_s')))} TB/s, fp16 GEMM "
              f"{_fmt(_f(ceil.get('tflops_float16')))} TFLOP/s.", ""]
     if not len(bt):
