@@ -36,8 +36,9 @@ SIM_BUDGET = 6000  # simulated threads per case: the dequant kernel runs N*K_pad
 
 
 def _small(M, N, K, bs, bits):
+    # the simulator runs ~1000 threads/s: keep N small (the fused GEMVs launch warps per row group)
     k_pad = -(-K // bs) * bs
-    return N * k_pad * bits // 32 <= SIM_BUDGET and M * N <= 4000
+    return N <= 64 and N * k_pad * bits // 32 <= SIM_BUDGET and M * N <= 4000
 
 
 def shapes(lst, bits):
