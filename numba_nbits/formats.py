@@ -164,6 +164,30 @@ def default_zero_point(bits: int) -> int:
     return 1 << (_check_bits(bits) - 1)
 
 
+class BlockGeometry:
+    """Derived sizes of a node with attributes ``K``, ``bits`` and ``block_size`` (mixed into
+    ``schema.Attributes`` and ``weights.Weights``, which both carry those three fields)."""
+
+    @property
+    def k_blocks(self) -> int:
+        """``ceil(K / block_size)``."""
+        return -(-self.K // self.block_size)
+
+    @property
+    def K_padded(self) -> int:
+        return self.k_blocks * self.block_size
+
+    @property
+    def blob_size(self) -> int:
+        """Bytes per block of B: ``block_size * bits / 8``."""
+        return self.block_size * self.bits // 8
+
+    @property
+    def zp_row(self) -> int:
+        """Bytes per row of packed zero points: ``ceil(k_blocks * bits / 8)``."""
+        return -(-self.k_blocks * self.bits // 8)
+
+
 @dataclass(frozen=True)
 class QuantFormat:
     """A (bits, block_size) pair with its derived sizes."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import float_dtype_name
+from .formats import BlockGeometry, float_dtype_name
 
 WEIGHT_PREPACKED_VALUES = (0, 1, 2)
 
@@ -21,29 +21,13 @@ class MatMulNBitsError(ValueError):
 
 
 @dataclass(frozen=True)
-class Attributes:
+class Attributes(BlockGeometry):
     K: int
     N: int
     bits: int
     block_size: int
     accuracy_level: int
     weight_prepacked: int
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.K // self.block_size)
-
-    @property
-    def K_padded(self) -> int:
-        return self.k_blocks * self.block_size
-
-    @property
-    def blob_size(self) -> int:
-        return self.block_size * self.bits // 8
-
-    @property
-    def zp_blob(self) -> int:
-        return -(-self.k_blocks * self.bits // 8)
 
 
 def _int_attr(value, name: str) -> int:
@@ -131,10 +115,10 @@ def check_constant_inputs(attrs: Attributes, B, scales, zero_points=None, g_idx=
                                f"({a.N * a.k_blocks},), got {scales.shape}")
     if zero_points is not None:
         if zero_points.dtype == np.uint8:
-            if zero_points.shape not in ((a.N, a.zp_blob), (a.N * a.zp_blob,)):
+            if zero_points.shape not in ((a.N, a.zp_row), (a.N * a.zp_row,)):
                 raise MatMulNBitsError(
                     f"input zero_points (uint8, packed {8 // a.bits} per byte) must have shape (N, "
-                    f"ceil(k_blocks*bits/8)) = ({a.N}, {a.zp_blob}) or ({a.N * a.zp_blob},), got {zero_points.shape}")
+                    f"ceil(k_blocks*bits/8)) = ({a.N}, {a.zp_row}) or ({a.N * a.zp_row},), got {zero_points.shape}")
         else:
             if zero_points.dtype != scales.dtype:
                 raise MatMulNBitsError("Input 'zero_points' and 'scales' should have the same data type when "

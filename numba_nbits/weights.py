@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from .arrays import DevArray, dtype_name, to_device
+from .formats import BlockGeometry
 
 
 class Plan(Protocol):
@@ -30,7 +31,7 @@ class Plan(Protocol):
 
 
 @dataclass
-class Weights:
+class Weights(BlockGeometry):
     """Constant inputs on the device (see module docstring). All arrays are C-contiguous."""
 
     N: int
@@ -51,23 +52,6 @@ class Weights:
     _derived: dict = field(default_factory=dict)
     _lock: Any = field(default_factory=threading.Lock)
     _dummies: dict = field(default_factory=dict)
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.K // self.block_size)
-
-    @property
-    def K_padded(self) -> int:
-        return self.k_blocks * self.block_size
-
-    @property
-    def blob_size(self) -> int:
-        return self.block_size * self.bits // 8
-
-    @property
-    def zp_row(self) -> int:
-        """Bytes per row of packed zero points: ceil(k_blocks * bits / 8)."""
-        return -(-self.k_blocks * self.bits // 8)
 
     @property
     def b_words(self) -> DevArray:
