@@ -80,14 +80,19 @@ def inputs(rng, M, N, K, bs, bits, zp):
     return A, B, scales, zpp
 
 
+def parity(rng, shape, zp, *, bits, tol):
+    """fp32 A, symmetric or packed-zp weights: ORT CPU vs numba_nbits (TF32 off), |d| <= tol + tol*|e|."""
+    M, N, K, bs = shape
+    A, B, s, zpp = inputs(rng, M, N, K, bs, bits, zp)
+    expected = run_ort(A, B, s, zpp, None, None, K=K, N=N, bits=bits, block_size=bs)
+    actual = nb.MatMulNBits(B, s, zpp, K=K, N=N, bits=bits, block_size=bs, config={"use_tf32": False})(A)
+    close(actual, expected, atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("zp", [False, True])
 @pytest.mark.parametrize("shape", shapes(SHAPES_4BIT, 4))
 def test_4bit_parity(rng, shape, zp):
-    M, N, K, bs = shape
-    A, B, s, zpp = inputs(rng, M, N, K, bs, 4, zp)
-    expected = run_ort(A, B, s, zpp, None, None, K=K, N=N, bits=4, block_size=bs)
-    actual = nb.MatMulNBits(B, s, zpp, K=K, N=N, bits=4, block_size=bs, config={"use_tf32": False})(A)
-    close(actual, expected, atol=1e-4, rtol=1e-4)
+    parity(rng, shape, zp, bits=4, tol=1e-4)
 
 
 @pytest.mark.parametrize("shape", shapes(SHAPES_4BIT, 4)[:8])
@@ -105,21 +110,13 @@ def test_4bit_parity_bias_and_g_idx(rng, shape):
 @pytest.mark.parametrize("zp", [False, True])
 @pytest.mark.parametrize("shape", shapes(SHAPES_8BIT, 8))
 def test_8bit_parity(rng, shape, zp):
-    M, N, K, bs = shape
-    A, B, s, zpp = inputs(rng, M, N, K, bs, 8, zp)
-    expected = run_ort(A, B, s, zpp, None, None, K=K, N=N, bits=8, block_size=bs)
-    actual = nb.MatMulNBits(B, s, zpp, K=K, N=N, bits=8, block_size=bs, config={"use_tf32": False})(A)
-    close(actual, expected, atol=1e-3, rtol=1e-3)
+    parity(rng, shape, zp, bits=8, tol=1e-3)
 
 
 @pytest.mark.parametrize("zp", [False, True])
 @pytest.mark.parametrize("shape", shapes(SHAPES_2BIT, 2))
 def test_2bit_parity(rng, shape, zp):
-    M, N, K, bs = shape
-    A, B, s, zpp = inputs(rng, M, N, K, bs, 2, zp)
-    expected = run_ort(A, B, s, zpp, None, None, K=K, N=N, bits=2, block_size=bs)
-    actual = nb.MatMulNBits(B, s, zpp, K=K, N=N, bits=2, block_size=bs, config={"use_tf32": False})(A)
-    close(actual, expected, atol=1e-3, rtol=1e-3)
+    parity(rng, shape, zp, bits=2, tol=1e-3)
 
 
 @pytest.mark.parametrize("shape", [(1, 288, 93, 32), (2, 32, 48, 16)])

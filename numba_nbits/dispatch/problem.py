@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..formats import BlockGeometry
+
 #: Shared memory per block that ORT's fused-kernel gates compare against (``sharedMemPerBlock``
 #: of every NVIDIA GPU since Volta without opt-in).
 DEFAULT_SMEM_PER_BLOCK = 48 * 1024
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(BlockGeometry):
     """One MatMulNBits call shape: GEMM ``M x N x K`` and the node's attributes and inputs."""
 
     M: int
@@ -24,14 +26,6 @@ class Problem:
     sm: int = 90  # compute capability as major*10+minor
     weight_prepacked: int = 0
     smem_per_block: int = DEFAULT_SMEM_PER_BLOCK
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.K // self.block_size)
-
-    @property
-    def K_padded(self) -> int:
-        return self.k_blocks * self.block_size
 
     @property
     def itemsize(self) -> int:
