@@ -240,6 +240,9 @@ def quantize(model, bits: int = 4, block_size: int = 32, symmetric: bool = True,
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    # importing ORT's quantizer calls logging.basicConfig(level=INFO) on the root logger, which turns on
+    # numba's per-allocation driver INFO messages; keep those quiet
+    logging.getLogger("numba.cuda.cudadrv.driver").setLevel(logging.WARNING)
     q = MatMulNBitsQuantizer(copy.deepcopy(model), bits=bits, block_size=block_size, is_symmetric=symmetric,
                              accuracy_level=accuracy_level)
     q.process()

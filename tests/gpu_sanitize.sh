@@ -47,7 +47,7 @@ for tool in $TOOLS; do
     extra=()
     case "$tool" in
         racecheck) extra=(--racecheck-report hazard) ;;
-        initcheck) extra=(--track-unused-memory no) ;;
+        initcheck) extra=() ;;
         memcheck)  extra=(--leak-check no) ;;
     esac
     log="$LOG_DIR/$tool.log"

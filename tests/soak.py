@@ -47,6 +47,18 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def _device_buffers(cuda, c):
+    """(A, out, out's bits) on the device. bf16 goes through uint16 bits: numba cannot copy ml_dtypes
+    bfloat16 host arrays on a real GPU (its host_pointer rejects the dtype), so A is uploaded and out is
+    read back as uint16 views of the same memory."""
+    if c["np_dtype"] == np.uint16 or np.dtype(c["np_dtype"]).name != "bfloat16":
+        out = cuda.device_array(c["shape"], c["np_dtype"])
+        return cuda.to_device(c["A"]), out, out
+    bits = cuda.device_array(c["shape"], np.uint16)
+    a = cuda.to_device(np.ascontiguousarray(c["A"]).view(np.uint16)).view(c["np_dtype"])
+    return a, bits.view(c["np_dtype"]), bits
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.small:
@@ -168,10 +180,10 @@ def main(argv=None) -> int:
                 for c in batch:
                     buf = dev.get(c["name"])
                     if buf is None:
-                        buf = dev[c["name"]] = (cuda.to_device(c["A"]), cuda.device_array(c["shape"], c["np_dtype"]))
-                    dA, out = buf
+                        buf = dev[c["name"]] = _device_buffers(cuda, c)
+                    dA, out, out_bits = buf
                     op_for(c)(dA, out=out, stream=stream)
-                    host = out.copy_to_host(stream=stream) if stream is not None else out.copy_to_host()
+                    host = out_bits.copy_to_host(stream=stream) if stream is not None else out_bits.copy_to_host()
                     pending.append((c, host))
                 if stream is not None:
                     stream.synchronize()
@@ -183,7 +195,8 @@ def main(argv=None) -> int:
                         if not ok:
                             bad[route] += 1
                     if not ok:
-                        err = relative_error(host.astype(np.float32).astype(np.float64), c["ref64"])
+                        vals = host.view(c["np_dtype"]) if host.dtype != c["np_dtype"] else host
+                        err = relative_error(vals.astype(np.float32).astype(np.float64), c["ref64"])
                         print(f"soak: MISMATCH thread {tid} {c['name']}: bytes differ from the reference, relative "
                               f"error vs oracle {err:.3g}", flush=True)
         except Exception:  # noqa: BLE001

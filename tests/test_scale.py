@@ -9,8 +9,11 @@ cheap plan-only scratch check, which also runs on the simulator (it builds the p
   small.
 * scratch: the chunked plan's scratch (``op._entries[M].plan.scratch.nbytes``) must be at most
   256 MiB.
-* leaks: device free memory (``cuda.current_context().get_memory_info()``) and host memory
-  (``tracemalloc`` + max RSS) do not grow over 10,000 calls per route.
+* leaks: this process's live device allocations (numba's memory manager: outputs, scratch, plans)
+  and host memory (``tracemalloc`` + max RSS) do not grow over 10,000 calls per route; with
+  ``NUMBA_NBITS_EXCLUSIVE_GPU=1`` (nothing else on the GPU) the device's free memory
+  (``cuMemGetInfo``) is checked too: it also sees other processes' allocations, so a run that shares
+  the GPU with other test processes would fail it spuriously (the first parallel H200 run did).
 
 Run on the H200 (about 2-3 minutes)::
 
@@ -19,6 +22,7 @@ Run on the H200 (about 2-3 minutes)::
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import tracemalloc
 
@@ -184,6 +188,15 @@ LEAK_CASES = [  # (route or None for dispatch, bits, M, N, K, block, environ)
 CALLS = 10_000
 
 
+def _numba_live_bytes(ctx) -> int:
+    """Bytes of device memory this process holds through numba's memory manager (live allocations)."""
+    mm = getattr(ctx, "memory_manager", None)
+    allocations = getattr(mm, "allocations", None)
+    if allocations is None:  # an external (EMM) memory manager without numba's bookkeeping
+        allocations = ctx.allocations
+    return sum(int(getattr(m, "size", 0)) for m in list(allocations.values()))
+
+
 @requires_gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("case", LEAK_CASES, ids=[f"{c[0] or 'dispatch'}-w{c[1]}-M{c[2]}" for c in LEAK_CASES])
@@ -222,6 +235,7 @@ def test_no_memory_growth(case, with_out):
     for _ in range(2000):
         call()
     settle()
+    live0 = _numba_live_bytes(ctx)
     free0 = ctx.get_memory_info()[0]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
@@ -234,7 +248,13 @@ def test_no_memory_growth(case, with_out):
     host1 = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     free1 = ctx.get_memory_info()[0]
+    live1 = _numba_live_bytes(ctx)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    assert free0 - free1 <= 4 * MIB, f"device memory shrank by {(free0 - free1) / MIB:.1f} MiB over {CALLS} calls"
+    # this process's own device allocations (numba's allocator: outputs, scratch, plans), exact whatever
+    # else runs on the GPU
+    assert live1 - live0 <= 1 * MIB, f"live numba device allocations grew by {(live1 - live0) / MIB:.2f} MiB over {CALLS} calls"
+    # the device's free memory also sees other processes: asserted only when the GPU is ours alone
+    if os.environ.get("NUMBA_NBITS_EXCLUSIVE_GPU") == "1":
+        assert free0 - free1 <= 4 * MIB, f"device memory shrank by {(free0 - free1) / MIB:.1f} MiB over {CALLS} calls"
     assert host1 - host0 <= 1 * MIB, f"traced host memory grew by {(host1 - host0) / MIB:.2f} MiB over {CALLS} calls"
     assert rss1 - rss0 <= 64 * 1024, f"max RSS grew by {(rss1 - rss0) / 1024:.0f} MiB over {CALLS} calls"
