@@ -28,7 +28,7 @@ from . import schema
 from .arrays import DevArray, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
-from .dispatch.select import Decision, select
+from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
 from .launch import CaptureError, is_capturing, simulated
 from .weights import build_weights
 
@@ -120,9 +120,7 @@ class MatMulNBits:
         bad = route_named("fpa_intb").first_failure(p, self.config)
         if bad is not None:
             raise schema.MatMulNBitsError(
-                "weight_prepacked requires the fpA_intB path, but it is unsupported for this node (check bits, "
-                "block_size, N/K alignment, g_idx, and compute capability >= 7.5)"
-                f" [guard {bad.name} fails: needs {bad.text}; {p.describe()}]")
+                PREPACKED_NOT_ELIGIBLE + f" [guard {bad.name} fails: needs {bad.text}; {p.describe()}]")
         if self.config.force_route not in (None, "fpa_intb"):
             raise schema.MatMulNBitsError(
                 f"weight_prepacked={wp}: input B is in the fpA_intB layout, which only the fpa_intb route reads; "

@@ -9,6 +9,11 @@ from .problem import Problem
 from .routes import FORCE_SKIPS, ROUTES, Route, route_named
 
 
+#: spec §7.3, full build: a prepacked B whose node the fpA_intB route cannot serve
+PREPACKED_NOT_ELIGIBLE = ("weight_prepacked requires the fpA_intB path, but it is unsupported for this node "
+                          "(check bits, block_size, N/K alignment, g_idx, and compute capability >= 7.5)")
+
+
 @dataclass(frozen=True)
 class Decision:
     """The chosen route, how bias is served, and, per skipped route, the guard that rejected it."""
@@ -61,6 +66,9 @@ def _select(problem: Problem, config: Config) -> Decision:
         bad = route.first_failure(problem, config)
         if bad is None:
             return Decision(route, _bias(problem, route), tuple(reasons))
+        if problem.weight_prepacked:  # a prepacked B is only readable by fpa_intb (spec §7.3)
+            raise ValueError(PREPACKED_NOT_ELIGIBLE + f" [guard {bad.name} fails: needs {bad.text}; "
+                             f"{problem.describe()}]")
         reasons.append((route.name, bad.name, bad.text))
     raise AssertionError("the universal route accepts every problem")  # pragma: no cover
 
