@@ -12,6 +12,11 @@ the device once (``weights.py``). ``op(A, out=None, stream=None)`` then:
    tensors, else the legacy default stream), plus the bias-add kernel when the route does not fuse
    bias, and returns Y of shape ``A.shape[:-1] + (N,)`` in A's kind.
 
+``weight_prepacked`` 1 / 2 (spec §7.3) means B is ``pack_weights_for_mixed_gemm(B, N, K, bits, arch=80 / 90,
+block_size)`` output: it is checked (ORT's error texts), used as given and served by the ``fpa_intb`` route
+only. With ``weight_prepacked=0`` and the fpA_intB route enabled (``ORT_FPA_INTB_GEMM`` /
+``ep.cuda.fpa_intb_gemm``) and eligible, B is packed for it here, at construction.
+
 A steady-state call on a device array allocates nothing when ``out`` is given, synchronises nothing
 and compiles nothing, so it can be captured into a CUDA graph.
 """
@@ -93,9 +98,9 @@ class MatMulNBits:
             mixed_gemm.prepack(self.weights, fpa_intb.packing_sm(self.sm, weight_prepacked),
                                prepacked=weight_prepacked != 0)
 
-    def _serves_fpa_intb(self) -> bool:
+    def _serves_fpa_intb(self, M: int = 1) -> bool:
         try:
-            return select(self.problem(1), self.config).name == "fpa_intb"
+            return select(self.problem(M), self.config).name == "fpa_intb"
         except ValueError:  # a forced route that cannot serve: reported at call time, like any forced route
             return False
 
@@ -169,7 +174,7 @@ class MatMulNBits:
             e = self._entries.get(M)
             if e is None:
                 if is_capturing(stream):
-                    if self.explain(M).name == "fpa_intb":  # ORT's text when the M bucket was never profiled
+                    if self._serves_fpa_intb(M):  # ORT's text when the M bucket was never profiled
                         self.fpa_profiler().get(M, stream)
                     raise CaptureError(
                         f"MatMulNBits: no plan for M={M}, N={self.N}, K={self.K} yet; building one compiles and "

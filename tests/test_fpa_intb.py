@@ -377,7 +377,7 @@ def test_op_matches_oracle(rng, dtype, wp, zp, bias, bs, K, M):
 
 
 def test_offline_packed_equals_runtime_prepacked(rng):
-    N, K, bs, M = 64, 128, 64, 6
+    N, K, bs, M = 64, 64, 64, 6
     A, B, sc, z, bi = _inputs(rng, N=N, K=K, bs=bs, zp="packed", bias=True, M=M)
     runtime = _op(B, sc, z, bi, N, K, bs, config={"ep.cuda.fpa_intb_gemm": "1"})(A)
     for wp, arch in ((1, 80), (2, 90)):
