@@ -132,14 +132,15 @@ class EventTimer:
         run = make_runner()
         for _ in range(self.warmup):
             run(stream)
+        cs = drv.CUstream(stream)
         start = launch.check(drv.cuEventCreate(0), "cuEventCreate")
         end = launch.check(drv.cuEventCreate(0), "cuEventCreate")
         try:
             times = []
             for _ in range(self.reps):
-                launch.check(drv.cuEventRecord(start, stream), "cuEventRecord")
+                launch.check(drv.cuEventRecord(start, cs), "cuEventRecord")
                 run(stream)
-                launch.check(drv.cuEventRecord(end, stream), "cuEventRecord")
+                launch.check(drv.cuEventRecord(end, cs), "cuEventRecord")
                 launch.check(drv.cuEventSynchronize(end), "cuEventSynchronize")
                 times.append(float(launch.check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
         finally:
