@@ -433,6 +433,33 @@ def test_offline_packed_equals_runtime_prepacked(rng, monkeypatch):
         np.testing.assert_array_equal(offline.view(np.uint16), runtime.view(np.uint16))
 
 
+def test_unaligned_A(rng, monkeypatch):
+    """The mixed GEMM needs a 16-byte aligned A: ONNX-layout B falls back to dequantize + cuBLAS, prepacked B fails."""
+    from numba_nbits.arrays import DevArray, to_device
+    from numba_nbits.arrays import to_host as dev_to_host
+
+    monkeypatch.setattr(prof, "default_timer", lambda: FakeTimer({"mixed_gemm:m16": 1e-6}))
+    A, B, sc, z, bi = _inputs(rng, bs=32, zp="packed", bias=True, M=2)
+    op = _op(B, sc, z, bi, 64, 64, 32, config={"ep.cuda.fpa_intb_gemm": "1"})
+    aligned = op(A)
+    plan = op._entries[2].plan
+    assert plan.candidate.kind == "mixed_gemm"
+    src = to_device(np.concatenate([np.zeros(4, A.dtype), A.reshape(-1)]), SIMULATED)
+    a = src.offset(8, (2, 64))  # 8 bytes in: not 16-byte aligned
+    if SIMULATED:  # simulated device arrays have no addresses; give this view one
+        a = DevArray(8, a.shape, a.strides, a.dtype, a.owner)
+    assert a.ptr % 16 == 8
+    out = to_device(np.zeros((2, 64), A.dtype), SIMULATED)
+    plan.run(a, out, 0)
+    y = dev_to_host(out)
+    _check(y, A, B, sc, z, bi, 64, 64, 32, "float16")
+    assert plan._unaligned is not None and relative_error(y, aligned) < TOLERANCES["float16"]
+    pre = _op(nb.pack_weights_for_mixed_gemm(B, 64, 64, 4, 80, 32), sc, z, bi, 64, 64, 32, wp=1)
+    pre(A)
+    with pytest.raises(ValueError, match=r"input A must be 16-byte aligned .* prepacked B \(weight_prepacked=1\)"):
+        pre._entries[2].plan.run(a, out, 0)
+
+
 def test_debug_line(rng, capsys):
     A, B, sc, z, bi = _inputs(rng, bs=32, bias=True, zp="packed", M=2)
     op = nb.MatMulNBits(B, sc, z, None, bi, K=64, N=64, bits=4, block_size=32, config={},

@@ -14,6 +14,9 @@ Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only 
 ``pack_weights_for_mixed_gemm``) and is part of the tactic key. ``required_weight_prepacked_format``
 is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
 
+An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
+cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
+
 If a GEMV candidate was chosen for a bucket below M (M above the max profiled M, so the bucket was
 clamped) and the GEMV cannot serve M, the mixed GEMM's ``default_tactic(M)`` serves instead.
 """
@@ -132,9 +135,30 @@ class FpaIntbPlan:
             self.weight_format = f"runtime_prepack_sm{self.packing_sm}"
         self.inner = build_candidate(weights, problem, config, cand, self.packing_sm)
         self.kernel = getattr(self.inner, "kernel", cand.label)
+        self._args = (weights, problem, config)
+        self._unaligned = None
 
     def run(self, a, out, stream: int = 0) -> None:
+        if a.ptr % 16 and self.candidate.kind == "mixed_gemm":  # the mixed GEMM loads A 16 bytes at a time
+            self._unaligned_plan(stream).run(a, out, stream)
+            return
         self.inner.run(a, out, stream)
+
+    def _unaligned_plan(self, stream: int):
+        """An A that is not 16-byte aligned (a sliced tensor): dequantize + cuBLAS, built on first need."""
+        if self._unaligned is None:
+            from ..launch import CaptureError, is_capturing
+
+            weights, problem, config = self._args
+            if problem.weight_prepacked:
+                raise ValueError("input A must be 16-byte aligned for the fpA_intB mixed GEMM over a prepacked B "
+                                 f"(weight_prepacked={problem.weight_prepacked}); pass an aligned contiguous copy")
+            if is_capturing(stream):
+                raise CaptureError("fpa_intb: A is not 16-byte aligned and the dequantize + cuBLAS fallback is not "
+                                   "built yet; run a warmup inference with the same A layout outside capture first.")
+            self._unaligned = build_candidate(weights, problem, config,
+                                              Candidate("dequant_cublas", "dequant_cublas"), self.packing_sm)
+        return self._unaligned
 
 
 def build(weights, problem, config, profiler: TacticProfiler, stream: int = 0) -> FpaIntbPlan:
