@@ -150,7 +150,10 @@ def test_buckets():
     cfg = load_config({"ORT_FPA_INTB_PROFILE_M": "12, 4,x,4"})  # malformed entries ignored (config.py)
     t = _profiler(cfg=cfg)
     assert t.buckets == (1, 4, 12) and t.max_m == 12
-    assert [t.bucket(m) for m in (1, 3, 5, 12, 13, 5000)] == [1, 4, 8, 12, 12, 12]
+    assert [t.bucket(m) for m in (1, 3, 4, 5, 12, 13, 5000)] == [1, 4, 4, 8, 12, 12, 12]
+    listed = _profiler(cfg=load_config({}, {"ep.cuda.fpa_intb_profile_m": "3,100"}))
+    assert listed.buckets == (1, 3, 100)
+    assert [listed.bucket(m) for m in (3, 2, 5, 64, 65, 100, 101)] == [3, 2, 8, 64, 100, 100, 100]
 
 
 class FakeTimer:

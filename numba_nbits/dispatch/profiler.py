@@ -5,9 +5,10 @@ Buckets
 Default buckets ``{1, 2, 4, ..., 2048}`` (max profiled M 2048). ``ORT_FPA_INTB_PROFILE_M`` /
 ``ep.cuda.fpa_intb_profile_m`` (parsed by ``config.py``: positive ints, de-duplicated, sorted) replaces
 them: the max is the list's last value, every value is clamped into ``[1, max]`` and ``1`` and the max
-are always added. ``bucket(m)`` is ``m`` itself when ``m`` was profiled, else
-``min(max(1, next_pow2(m)), max_m)`` (ORT's ``getBestConfig``); a bucket that is not profiled yet is
-profiled on first use (outside capture), so the listed buckets are just where it starts.
+are always added. ``bucket(m)`` is ``m`` itself when ``m`` is a listed bucket or was profiled, else
+``min(max(1, next_pow2(m)), max_m)`` (ORT's ``getBestConfig``). ORT profiles the listed buckets when
+the node is built; here a bucket is profiled on its first use outside capture (or by ``op.warmup``),
+so a node only pays for the buckets it meets.
 
 Candidates (``candidates``)
 ---------------------------
@@ -244,6 +245,7 @@ class TacticProfiler:
         self.timer = timer
         self.buckets = initial_buckets(getattr(config, "fpa_intb_profile_m", None))
         self.max_m = self.buckets[-1]
+        self._listed = frozenset(self.buckets)
         self.key = tactic_key(self.problem, packing_sm, prepacked)
         self.timings: dict[int, dict[str, float]] = {}  # bucket -> label -> seconds (inf: failed)
         self.errors: dict[int, dict[str, str]] = {}  # bucket -> label -> why it failed
@@ -260,8 +262,8 @@ class TacticProfiler:
         return dict(self._best)
 
     def bucket(self, m: int) -> int:
-        """The bucket serving ``m``: ``m`` if profiled, else ``min(max(1, next_pow2(m)), max_m)``."""
-        if m in self._best:
+        """The bucket serving ``m``: ``m`` if listed or profiled, else ``min(max(1, next_pow2(m)), max_m)``."""
+        if m in self._best or m in self._listed:
             return m
         return min(max(1, next_pow2(m)), self.max_m)
 
