@@ -31,6 +31,7 @@ _EXPORTS = {
     "Graph": ".graphs",
     "CaptureError": ".launch",
     "MatMulNBitsError": ".schema",
+    "pack_weights_for_mixed_gemm": ".kernels.mixed_gemm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -3,6 +3,7 @@
 Example::
 
     python -m numba_nbits.explain --M 1 --N 4096 --K 4096 --bits 4 --block-size 32 --bias
+    python -m numba_nbits.explain --M 64 --block-size 64 --config ep.cuda.fpa_intb_gemm=1   # fpa_intb
 
 prints the problem, the configuration values that differ from the defaults, and the dispatch chain
 with a tick for the chosen route and, for every route before it, the guard that rejected it. Env
@@ -24,10 +25,11 @@ from .dispatch.select import Decision, select
 
 def explain(M: int, N: int, K: int, bits: int = 4, block_size: int = 32, dtype: str = "float16",
             zero_points: str = "none", g_idx: bool = False, bias: bool = False, sm: int = 90,
-            config: Mapping | Config | None = None, environ: Optional[Mapping[str, str]] = None) -> Decision:
+            config: Mapping | Config | None = None, environ: Optional[Mapping[str, str]] = None,
+            weight_prepacked: int = 0) -> Decision:
     """The dispatch decision for a problem (``print(decision.explain())`` shows the chain)."""
     problem = Problem(M=M, N=N, K=K, bits=bits, block_size=block_size, dtype=dtype, zero_points=zero_points,
-                      has_g_idx=g_idx, has_bias=bias, sm=sm)
+                      has_g_idx=g_idx, has_bias=bias, sm=sm, weight_prepacked=weight_prepacked)
     return select(problem, load_config(environ, config))
 
 
@@ -52,6 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("--zero-points", default="none", choices=("none", "packed", "typed"))
     p.add_argument("--g-idx", action="store_true")
     p.add_argument("--bias", action="store_true")
+    p.add_argument("--weight-prepacked", type=int, default=0, choices=(0, 1, 2),
+                   help="B prepacked for the fpA_intB route (1: SM80 layout, 2: SM90 layout)")
     p.add_argument("--sm", type=int, default=90, help="compute capability as major*10+minor (default 90)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="session-config key")
     p.add_argument("--no-env", action="store_true", help="ignore environment variables")
@@ -66,9 +70,9 @@ def main(argv=None) -> int:
         cfg[k] = v
     config = load_config({} if args.no_env else None, cfg)
     d = explain(args.M, args.N, args.K, args.bits, args.block_size, args.dtype, args.zero_points, args.g_idx,
-                args.bias, args.sm, config=config)
+                args.bias, args.sm, config=config, weight_prepacked=args.weight_prepacked)
     prob = Problem(args.M, args.N, args.K, args.bits, args.block_size, args.dtype, args.zero_points, args.g_idx,
-                   args.bias, args.sm)
+                   args.bias, args.sm, args.weight_prepacked)
     print(f"problem: {prob.describe()}")
     changed = [ln for ln in config.explain().splitlines() if "default" not in ln]
     if changed:

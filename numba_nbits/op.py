@@ -12,6 +12,11 @@ the device once (``weights.py``). ``op(A, out=None, stream=None)`` then:
    tensors, else the legacy default stream), plus the bias-add kernel when the route does not fuse
    bias, and returns Y of shape ``A.shape[:-1] + (N,)`` in A's kind.
 
+``weight_prepacked`` 1 / 2 (spec §7.3) means B is ``pack_weights_for_mixed_gemm(B, N, K, bits, arch=80 / 90,
+block_size)`` output: it is checked (ORT's error texts), used as given and served by the ``fpa_intb`` route
+only. With ``weight_prepacked=0`` and the fpA_intB route enabled (``ORT_FPA_INTB_GEMM`` /
+``ep.cuda.fpa_intb_gemm``) and eligible, B is packed for it here, at construction.
+
 A steady-state call on a device array allocates nothing when ``out`` is given, synchronises nothing
 and compiles nothing, so it can be captured into a CUDA graph.
 """
@@ -28,7 +33,7 @@ from . import schema
 from .arrays import DevArray, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
-from .dispatch.select import Decision, select
+from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
 from .launch import CaptureError, is_capturing, simulated
 from .weights import build_weights
 
@@ -77,15 +82,59 @@ class MatMulNBits:
         if dtype == "bfloat16" and self.sm < 80:
             raise schema.MatMulNBitsError("BFloat16 MatMulNBits is not supported on cuda device with compute "
                                           f"capability < 8.0 (this device: sm_{self.sm})")
-        if weight_prepacked:
-            raise schema.MatMulNBitsError(
-                "weight_prepacked requires the fpA_intB path, but it is unsupported for this node (check bits, "
-                "block_size, N/K alignment, g_idx, and compute capability >= 7.5)")
+        zp_kind = "none" if zero_points is None else ("packed" if zero_points.dtype == np.uint8 else "typed")
+        self._check_prepacked(Problem(M=1, N=N, K=K, bits=bits, block_size=block_size, dtype=dtype,
+                                      zero_points=zp_kind, has_g_idx=g_idx is not None, has_bias=bias is not None,
+                                      sm=self.sm, weight_prepacked=self.attrs.weight_prepacked))
         self.weights = build_weights(B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits, block_size=block_size,
                                      simulated=self._simulated, device_id=self.device_id)
         self.zero_points_kind = self.weights.zp_kind
         self._entries: dict[int, _Entry] = {}
         self._lock = threading.Lock()
+        self._fpa_profiler = None
+        if self._serves_fpa_intb():  # spec §7.5: the runtime prepack happens at construction
+            from .kernels import fpa_intb, mixed_gemm
+
+            mixed_gemm.prepack(self.weights, fpa_intb.packing_sm(self.sm, weight_prepacked),
+                               prepacked=weight_prepacked != 0)
+
+    def _serves_fpa_intb(self, M: int = 1) -> bool:
+        try:
+            return select(self.problem(M), self.config).name == "fpa_intb"
+        except ValueError:  # a forced route that cannot serve: reported at call time, like any forced route
+            return False
+
+    def _check_prepacked(self, p: Problem) -> None:
+        """Spec §7.3: a prepacked B (``weight_prepacked`` 1 or 2) can only be served by the fpA_intB route.
+
+        Under the simulator the device is taken to be sm 90 (``_device``), so ``weight_prepacked=2`` is
+        accepted there."""
+        wp = p.weight_prepacked
+        if not wp:
+            return
+        if wp == 2:
+            if p.sm != 90:
+                raise schema.MatMulNBitsError("weight_prepacked=2 (SM90 layout) requires a compute capability 9.0 "
+                                              f"(Hopper) device, but got sm {p.sm}")
+            if p.block_size not in (64, 128):
+                raise schema.MatMulNBitsError("weight_prepacked=2 (SM90 layout) supports block_size 64 or 128 only, "
+                                              f"but got {p.block_size}")
+        from .dispatch.routes import route_named
+        from .kernels import fpa_intb
+
+        bad = route_named("fpa_intb").first_failure(p, self.config)
+        if bad is not None:
+            raise schema.MatMulNBitsError(
+                PREPACKED_NOT_ELIGIBLE + f" [guard {bad.name} fails: needs {bad.text}; {p.describe()}]")
+        if self.config.force_route not in (None, "fpa_intb"):
+            raise schema.MatMulNBitsError(
+                f"weight_prepacked={wp}: input B is in the fpA_intB layout, which only the fpa_intb route reads; "
+                f"the forced route {self.config.force_route!r} (NUMBA_NBITS_FORCE_ROUTE / numba_nbits.force_route) "
+                "cannot serve it")
+        required = fpa_intb.required_weight_prepacked_format(fpa_intb.packing_sm(p.sm, wp))
+        if wp != required:
+            raise schema.MatMulNBitsError(f"weight_prepacked={wp} does not match the format required by the selected "
+                                          f"fpA_intB kernel: {required}")
 
     # ------------------------------------------------------------------------------ metadata
     K = property(lambda self: self.attrs.K)
@@ -125,6 +174,8 @@ class MatMulNBits:
             e = self._entries.get(M)
             if e is None:
                 if is_capturing(stream):
+                    if self._serves_fpa_intb(M):  # ORT's text when the M bucket was never profiled
+                        self.fpa_profiler().get(M, stream)
                     raise CaptureError(
                         f"MatMulNBits: no plan for M={M}, N={self.N}, K={self.K} yet; building one compiles and "
                         "allocates, which cannot happen during CUDA graph capture; run a warmup inference outside "
@@ -133,9 +184,18 @@ class MatMulNBits:
         return e
 
     def warmup(self, *Ms: int) -> None:
-        """Build (compile, allocate) the plans for these M values now, outside any capture."""
+        """Build (compile, allocate) the plans for these M values now, outside any capture; on the
+        fpa_intb route this also profiles the tactic bucket of each M (``dispatch/profiler.py``)."""
         for M in Ms:
             self._entry(int(M), 0)
+
+    def fpa_profiler(self):
+        """This node's fpA_intB ``TacticProfiler`` (created on first use; choices shared per GEMM key)."""
+        if self._fpa_profiler is None:
+            from .kernels import fpa_intb
+
+            self._fpa_profiler = fpa_intb.make_profiler(self.weights, self.problem(1), self.config)
+        return self._fpa_profiler
 
     def _build(self, M: int) -> _Entry:
         problem = self.problem(M)
@@ -144,6 +204,8 @@ class MatMulNBits:
         module = importlib.import_module(f".kernels.{route.family}", __package__)
         if route.family == "dequant":
             plan = module.build(self.weights, problem, self.config, route=route.name)
+        elif route.family == "fpa_intb":
+            plan = module.build(self.weights, problem, self.config, self.fpa_profiler())
         else:
             plan = module.build(self.weights, problem, self.config)
         bias_launch = None

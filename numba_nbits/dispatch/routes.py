@@ -1,6 +1,7 @@
 """The spec's CUDA dispatch chain as data: ordered routes, each a list of named guards.
 
-Order (spec §4): fpA_intB mixed GEMM (when enabled and eligible) → the fused GEMV family
+Order (spec §4): fpA_intB mixed GEMM (``fpa_intb``: when enabled and eligible, spec §7.2 "full
+build"; its plan picks a tactic per M bucket with ``dispatch/profiler.py``) → the fused GEMV family
 (``TryMatMulNBits``: router, 4-bit, 8-bit, 2-bit; skipped with g_idx or typed zero points) → the same
 GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") → dequantize +
 cuBLAS, chunked along N or whole. Each guard is a pure predicate over ``(Problem, Config)`` with the
@@ -124,8 +125,34 @@ always = G("always", "always (the universal route)", lambda p, c: True)
 
 FUSED = (no_g_idx, zp_not_typed, n_mult_8, k_mult_8)
 
+# ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)
+fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p, c: p.dtype in ("float16", "bfloat16"))
+fpa_enabled = G("fpa_enabled", "weight_prepacked != 0 or ORT_FPA_INTB_GEMM / ep.cuda.fpa_intb_gemm on",
+                lambda p, c: p.weight_prepacked != 0 or c.fpa_intb_gemm)
+bits_4_or_8 = G("bits_in_4_8", "bits in {4, 8}", lambda p, c: p.bits in (4, 8))
+fpa_n_align = G("fpa_n_align", "N % (bits == 8 ? 32 : 64) == 0", lambda p, c: p.N % (32 if p.bits == 8 else 64) == 0)
+sm_75 = G("sm_75", "device sm >= 75", lambda p, c: p.sm >= 75)
+fpa_sm90_layout = G("fpa_sm90_layout", "weight_prepacked == 2 needs sm == 90 and block_size in {64, 128}",
+                    lambda p, c: p.weight_prepacked != 2 or (p.sm == 90 and p.block_size in (64, 128)))
+
+
+def _mixed_gemm_supports(p: Problem, c: Config) -> bool:
+    from ..kernels import mixed_gemm  # imported on first use: importing routes compiles nothing
+
+    return mixed_gemm.supports(p)
+
+
+fpa_kernel = G("fpa_kernel_available", "kernel available: kernels.mixed_gemm.supports(problem)", _mixed_gemm_supports)
+
+FPA_INTB_GUARDS = (fpa_dtype, fpa_enabled, block_in({32, 64, 128}), bits_4_or_8, no_g_idx, fpa_n_align, k_mult_block,
+                   sm_75, fpa_sm90_layout, fpa_kernel)
+#: guards a forced route skips: forcing fpa_intb is its enable switch; forcing chunked needs no size rule
+FORCE_SKIPS = frozenset({"fpa_enabled", "chunk_rule"})
+
 # -------------------------------------------------------------------------------------- table
 ROUTES: tuple = (
+    Route("fpa_intb", "fpa_intb", FPA_INTB_GUARDS,
+          "fused", "fpA_intB mixed GEMM (tensor cores), tactic profiled per M bucket (spec §7)"),
     Route("router_gemv", "router", FUSED + (bits_is(4), no_zero_points, m_is_one, block_in({32, 64}), k_mult_block,
                                             router_shape, router_enabled),
           "fused", "4-bit MoE-router GEMV, bias fused (spec §5)"),

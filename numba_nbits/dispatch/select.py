@@ -6,7 +6,12 @@ from functools import lru_cache
 
 from ..config import Config
 from .problem import Problem
-from .routes import ROUTES, Route, route_named
+from .routes import FORCE_SKIPS, ROUTES, Route, route_named
+
+
+#: spec §7.3, full build: a prepacked B whose node the fpA_intB route cannot serve
+PREPACKED_NOT_ELIGIBLE = ("weight_prepacked requires the fpA_intB path, but it is unsupported for this node "
+                          "(check bits, block_size, N/K alignment, g_idx, and compute capability >= 7.5)")
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,12 @@ def select(problem: Problem, config: Config) -> Decision:
 def _select(problem: Problem, config: Config) -> Decision:
     if config.force_route:
         route = route_named(config.force_route)
-        bad = route.first_failure(problem, config)
-        if bad is not None and bad.name != "chunk_rule":  # forcing chunked needs no size rule
+        if problem.weight_prepacked and route.name != "fpa_intb":
+            raise ValueError(f"forced route {route.name!r} cannot serve {problem.describe()}: B is prepacked "
+                             f"(weight_prepacked={problem.weight_prepacked}) in the fpA_intB layout, which only "
+                             "the fpa_intb route reads")
+        bad = next((g for g in route.guards if g.name not in FORCE_SKIPS and not g(problem, config)), None)
+        if bad is not None:
             raise ValueError(f"forced route {route.name!r} cannot serve {problem.describe()}: guard {bad.name} "
                              f"({bad.text}) fails")
         return Decision(route, _bias(problem, route), (), forced=True)
@@ -57,6 +66,9 @@ def _select(problem: Problem, config: Config) -> Decision:
         bad = route.first_failure(problem, config)
         if bad is None:
             return Decision(route, _bias(problem, route), tuple(reasons))
+        if problem.weight_prepacked:  # a prepacked B is only readable by fpa_intb (spec §7.3)
+            raise ValueError(PREPACKED_NOT_ELIGIBLE + f" [guard {bad.name} fails: needs {bad.text}; "
+                             f"{problem.describe()}]")
         reasons.append((route.name, bad.name, bad.text))
     raise AssertionError("the universal route accepts every problem")  # pragma: no cover
 

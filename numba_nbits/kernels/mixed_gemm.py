@@ -201,13 +201,15 @@ def _per_block(vals, N, kb, dtype):
     return np.ascontiguousarray(np.asarray(vals).reshape(N // 16, 16, kb).transpose(0, 2, 1)).reshape(-1).astype(dtype)
 
 
-def prepack(weights, arch: int = 80) -> Packed:
+def prepack(weights, arch: int = 80, prepacked: bool = False) -> Packed:
+    """The kernel's device layouts of ``weights`` (built once per arch). ``prepacked=True``: B already is
+    ``pack_weights_for_mixed_gemm(..., arch)`` output (``weight_prepacked`` 1/2) and is used in place."""
     def build():
         from ..formats import unpack_zero_points
 
         N, K, bs = weights.N, weights.K, weights.block_size
         kb = weights.k_blocks
-        pb = pack_weights_for_mixed_gemm(np.asarray(weights.host["B"]), N, K, 4, arch, bs)
+        pb = None if prepacked else pack_weights_for_mixed_gemm(np.asarray(weights.host["B"]), N, K, 4, arch, bs)
         sc = np.asarray(weights.host["scales"]).reshape(N, kb)
         sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
         zp = None
@@ -218,7 +220,8 @@ def prepack(weights, arch: int = 80) -> Packed:
             z = np.asarray(weights.host["zero_points"]).reshape(N, kb)
             z = z.view(np.uint16) if weights.dtype == "bfloat16" else z.astype(np.float16)
             zp = to_device(_per_block(z, N, kb, z.dtype), weights.simulated)
-        return Packed(bq=to_device(pb.view(np.uint32), weights.simulated),
+        bq = weights.b.view(np.uint32) if prepacked else to_device(pb.view(np.uint32), weights.simulated)
+        return Packed(bq=bq,
                       scales=to_device(_per_block(sc_bits, N, kb, sc_bits.dtype), weights.simulated),
                       zp=zp, arch=arch)
 

@@ -1,0 +1,165 @@
+"""The ``fpa_intb`` route's plan (spec §7): the mixed GEMM of ``mixed_gemm.py`` behind the tactic profiler.
+
+No kernel lives here. ``build`` asks the node's ``TacticProfiler`` (``dispatch/profiler.py``) which
+candidate serves this M's bucket (profiling the bucket on first use, outside capture) and builds it:
+
+* ``mixed_gemm:<tactic>`` — the tensor-core mixed GEMM with that tile shape, bias fused, over the
+  prepacked B (offline-packed ``weight_prepacked`` 1/2 used in place, or the runtime prepack of an
+  ONNX-layout B, spec §7.5);
+* ``gemv:<route>`` (M < 16) / ``dequant_cublas`` — an existing route's plan, plus the bias-add kernel
+  when that route does not fuse bias, so to the caller the route always serves bias itself.
+
+Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
+``weight_prepacked == 2``, else 80; it picks the prepacked layout (``arch`` of
+``pack_weights_for_mixed_gemm``) and is part of the tactic key. ``required_weight_prepacked_format``
+is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
+
+An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
+cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
+
+If a GEMV candidate was chosen for a bucket below M (M above the max profiled M, so the bucket was
+clamped) and the GEMV cannot serve M, the mixed GEMM's ``default_tactic(M)`` serves instead.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+
+from ..dispatch.profiler import Candidate, TacticProfiler
+
+ROUTE = "fpa_intb"
+
+
+def packing_sm(device_sm: int, weight_prepacked: int) -> int:
+    """ORT's ``EffectiveFpAIntBWorkspaceSm``: 90 iff device sm == 90 and weight_prepacked == 2, else 80."""
+    return 90 if device_sm == 90 and weight_prepacked == 2 else 80
+
+
+def required_weight_prepacked_format(packing: int) -> int:
+    """ORT's ``RequiredWeightPrepackedFormat``: 2 for packing SM 90, else 1."""
+    return 2 if packing == 90 else 1
+
+
+class _WithBiasAdd:
+    """A bias-less plan followed by the fp32 bias-add kernel (ORT's retry path)."""
+
+    def __init__(self, plan, weights, M: int):
+        from .bias import bind_bias_add
+
+        self.plan = plan
+        self.kernel = f"{getattr(plan, 'kernel', plan.route)}+bias_add"
+        w = weights
+        self._bias = bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N)
+
+    def run(self, a, out, stream: int) -> None:
+        self.plan.run(a, out, stream)
+        self._bias.set_array(0, out.flat())
+        self._bias.launch(stream)
+
+
+def build_candidate(weights, problem, config, cand: Candidate, arch: int):
+    """The plan of one profiler candidate for ``problem`` (fixed M); bias always served."""
+    from ..dispatch.routes import route_named
+
+    if cand.kind == "mixed_gemm":
+        from . import mixed_gemm
+
+        mixed_gemm.prepack(weights, arch, prepacked=problem.weight_prepacked != 0)  # the layout, once per node
+        return mixed_gemm.build(weights, problem, config, cand.name, arch)
+    if problem.weight_prepacked:
+        raise ValueError(f"{cand.label} cannot read a prepacked B (weight_prepacked={problem.weight_prepacked})")
+    if cand.kind == "dequant_cublas":
+        from . import dequant
+
+        plan, bias = dequant.build(weights, problem, config, route="dequant_cublas"), "add"
+    elif cand.kind == "gemv":
+        route = route_named(cand.name)
+        module = importlib.import_module(f".{route.family}", __package__)
+        plan, bias = module.build(weights, problem, config), route.bias
+    else:
+        raise ValueError(f"unknown fpA_intB candidate {cand!r}")
+    if weights.bias is not None and bias == "add":
+        plan = _WithBiasAdd(plan, weights, problem.M)
+    return plan
+
+
+def make_profiler(weights, problem, config, timer=None) -> TacticProfiler:
+    """The node's tactic profiler; its runners build candidates with their own A / Y buffers."""
+    from ..arrays import device_empty, to_device
+
+    arch = packing_sm(problem.sm, problem.weight_prepacked)
+
+    def make_runner(cand: Candidate, m: int):
+        def factory():
+            p = replace(problem, M=m)
+            plan = build_candidate(weights, p, config, cand, arch)
+            rng = np.random.default_rng(m)
+            a = to_device((rng.standard_normal((m, weights.K)) * 0.5).astype(np.float32).astype(weights.np_dtype),
+                          weights.simulated)
+            out = device_empty((m, weights.N), weights.np_dtype, weights.simulated)
+            return lambda stream: plan.run(a, out, stream)
+
+        return factory
+
+    return TacticProfiler(problem, config, packing_sm=arch, prepacked=problem.weight_prepacked != 0,
+                          make_runner=make_runner, timer=timer)
+
+
+class FpaIntbPlan:
+    """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring).
+
+    ``packing_sm``, ``weight_format``, ``kernel`` and ``tactic`` feed the ``ORT_FPA_INTB_DEBUG`` line."""
+
+    route = ROUTE
+
+    def __init__(self, weights, problem, config, profiler: TacticProfiler, stream: int = 0):
+        from ..dispatch.routes import route_named
+        from . import mixed_gemm
+
+        cand = profiler.get(problem.M, stream)
+        if cand.kind == "gemv" and route_named(cand.name).first_failure(problem, config) is not None:
+            cand = Candidate("mixed_gemm", mixed_gemm.default_tactic(problem.M).name)
+        self.M = problem.M
+        self.candidate = cand
+        self.bucket = profiler.bucket(problem.M)
+        self.tactic = cand.label
+        self.packing_sm = profiler.packing_sm
+        wp = problem.weight_prepacked
+        if cand.kind != "mixed_gemm":
+            self.weight_format = "onnx"
+        elif wp:
+            self.weight_format = f"prepacked_sm{self.packing_sm}(weight_prepacked={wp})"
+        else:
+            self.weight_format = f"runtime_prepack_sm{self.packing_sm}"
+        self.inner = build_candidate(weights, problem, config, cand, self.packing_sm)
+        self.kernel = getattr(self.inner, "kernel", cand.label)
+        self._args = (weights, problem, config)
+        self._unaligned = None
+
+    def run(self, a, out, stream: int = 0) -> None:
+        if a.ptr % 16 and self.candidate.kind == "mixed_gemm":  # the mixed GEMM loads A 16 bytes at a time
+            self._unaligned_plan(stream).run(a, out, stream)
+            return
+        self.inner.run(a, out, stream)
+
+    def _unaligned_plan(self, stream: int):
+        """An A that is not 16-byte aligned (a sliced tensor): dequantize + cuBLAS, built on first need."""
+        if self._unaligned is None:
+            from ..launch import CaptureError, is_capturing
+
+            weights, problem, config = self._args
+            if problem.weight_prepacked:
+                raise ValueError("input A must be 16-byte aligned for the fpA_intB mixed GEMM over a prepacked B "
+                                 f"(weight_prepacked={problem.weight_prepacked}); pass an aligned contiguous copy")
+            if is_capturing(stream):
+                raise CaptureError("fpa_intb: A is not 16-byte aligned and the dequantize + cuBLAS fallback is not "
+                                   "built yet; run a warmup inference with the same A layout outside capture first.")
+            self._unaligned = build_candidate(weights, problem, config,
+                                              Candidate("dequant_cublas", "dequant_cublas"), self.packing_sm)
+        return self._unaligned
+
+
+def build(weights, problem, config, profiler: TacticProfiler, stream: int = 0) -> FpaIntbPlan:
+    return FpaIntbPlan(weights, problem, config, profiler, stream)
