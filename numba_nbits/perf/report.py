@@ -23,7 +23,7 @@ COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "vari
            "us_graph_p80", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold", "warmup_s",
            "bytes", "flops", "tb_s", "tflops", "pct_bw", "pct_flops", "pct_roofline", "rel_err", "tol", "correct",
            "error", "note", "check_note", "graph_note", "gpu", "sm_count", "driver", "numba_cuda", "cuda_core", "torch",
-           "git_commit", "date"]
+           "git_commit", "date", "case_index", "shard"]
 CASE = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "variant"]
 CSV_NAME, META_NAME, SUMMARY_NAME = "results.csv", "meta.json", "summary.md"
 
@@ -36,7 +36,7 @@ def to_frame(rows) -> pd.DataFrame:
             df[c] = pd.NA
     extra = [c for c in df.columns if c not in COLUMNS]
     df = df[COLUMNS + extra]
-    for c in ("variant", "error", "note", "check_note", "graph_note", "zp", "source", "tier", "auto_route"):
+    for c in ("variant", "error", "note", "check_note", "graph_note", "zp", "source", "tier", "auto_route", "shard"):
         col = df[c].astype(object)
         df[c] = col.where(col.notna(), "").astype(str)
     df.loc[df["zp"] == "", "zp"] = "none"
