@@ -5,11 +5,14 @@ Forms::
     python -m numba_nbits.perf [--quick] [--sweep ...] [filters] [--out DIR]   # one run
     python -m numba_nbits.perf --shard I/N [same options]                       # part I of N of that run
     python -m numba_nbits.perf --shard I/N --dry-run                            # cases and est. seconds per shard
+    python -m numba_nbits.perf merge DIR [DIR ...] [--out DIR] [--no-plots]     # shards -> one report
 
 ``--shard I/N`` (1-based) runs a deterministic part of the expanded case list (``shard.partition``:
 groups balanced by estimated cost), so running ``1/N`` .. ``N/N`` with the same other options covers
 every case exactly once; each shard writes ``perf/results/<date>-<gpu>-shard<I>of<N>/`` by default and
-records the shard in meta.json.
+records the shard in meta.json. ``merge`` (a leading subcommand word, so every older argv keeps its
+meaning) concatenates shard directories into one results.csv / summary.md / plots / meta.json
+(``numba_nbits.perf.merge``).
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m numba_nbits.perf",
         description="Time MatMulNBits (every eligible route) against peers; write CSV, markdown and plots.",
         epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~25 min on an H200 (run it as "
-               f"--shard 1/N .. N/N), --quick ~1 min.")
+               f"--shard 1/N .. N/N, then `python -m numba_nbits.perf merge DIRS --out DIR`), --quick ~1 min.")
     p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16")
     p.add_argument("--sweep", choices=SWEEPS, default="all",
                    help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
@@ -71,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default auto,forced)")
     p.add_argument("--shard", type=_shard, metavar="I/N",
                    help="run part I (1-based) of N of the case list, balanced by estimated cost; shards 1..N "
-                        "cover every case once")
+                        "cover every case once (merge them with `python -m numba_nbits.perf merge`)")
     p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/, "
                                             "with --shard perf/results/<date>-<gpu>-shard<I>of<N>/)")
     p.add_argument("--no-peers", action="store_true", help="skip torch / tinygemm / gemlite / ORT peers")
@@ -144,6 +147,10 @@ def shard_meta(a: argparse.Namespace) -> dict:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:
+        from .merge import main as merge_main
+
+        return merge_main(argv[1:])
     a = parse(argv)
     if a.dry_run:
         from .shard import estimate_s, plan_table
