@@ -417,6 +417,14 @@ def test_shard_cli_and_dry_run(capsys):
                 ["--quick", "--shapes", "l3-8b-attn", "--M", "1", "--shard", "1/9"]):
         with pytest.raises(SystemExit):
             cli.parse(bad)
+    c = a.cases[0]
+    rows = [{"kind": "ours", "shape": c.shape, "bits": c.bits, "block": c.block, "dtype": c.dtype, "zp": c.zp,
+             "variant": c.variant, "M": c.M, "git_commit": ""}]
+    meta = {"env": {"git_commit": ""}}
+    a2 = cli.parse(["--shard", "2/3", "--commit", "0123abcd"])
+    cli.annotate(a2, rows, meta, ["--shard", "2/3"])
+    assert rows[0]["case_index"] == a.all_cases.index(c) and rows[0]["shard"] == "2/3"
+    assert rows[0]["git_commit"] == meta["env"]["git_commit"] == "0123abcd" and meta["shard"]["label"] == "2/3"
     d = cli.default_out("NVIDIA H200", datetime.date(2026, 12, 1), shard.ShardSpec(2, 3))
     assert d.name == "2026-12-01-h200-shard2of3"
     assert cli.main(["--dry-run", "--shard", "2/3"]) == 0

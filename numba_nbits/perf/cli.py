@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
                         "cover every case once (merge them with `python -m numba_nbits.perf merge`)")
     p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/, "
                                             "with --shard perf/results/<date>-<gpu>-shard<I>of<N>/)")
+    p.add_argument("--commit", metavar="SHA", default="",
+                   help="commit to record when the tree has no .git (a device copy): rows and meta.json get it "
+                        "where git gave none, so merge can compare shards' commits")
     p.add_argument("--no-peers", action="store_true", help="skip torch / tinygemm / gemlite / ORT peers")
     p.add_argument("--budget-s", type=float, help=f"stop starting cases after this many seconds "
                                                    f"(default {FULL_BUDGET_S:.0f}, --quick {QUICK_BUDGET_S:.0f})")
@@ -145,6 +148,22 @@ def shard_meta(a: argparse.Namespace) -> dict:
                       "est_s": round(estimate_s(a.cases), 1)}}
 
 
+def annotate(a: argparse.Namespace, rows: list[dict], meta: dict, argv=()) -> None:
+    """Rows get ``case_index`` (plan position, before sharding: merge's ordering) and ``shard``;
+    ``--commit`` fills an empty ``git_commit``; meta gets ``shard`` and ``argv``."""
+    index = {(c.group, c.M): i for i, c in enumerate(a.all_cases)}
+    for r in rows:
+        key = tuple(r.get(k) for k in ("shape", "bits", "block", "dtype", "zp", "variant"))
+        r["case_index"] = index.get((key, r.get("M")))
+        r["shard"] = a.shard.label if a.shard is not None else ""
+        if a.commit and r.get("kind") != "reference" and not r.get("git_commit"):
+            r["git_commit"] = a.commit
+    env = meta.setdefault("env", {})
+    if a.commit and not env.get("git_commit"):
+        env["git_commit"] = a.commit
+    meta.update(shard_meta(a), argv=list(argv))
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["merge"]:
@@ -196,12 +215,7 @@ def main(argv=None) -> int:
     rows, meta = run(opts, backend)
     if not meta.get("ort_cuda"):
         rows = rows + reference_rows_for(rows)
-    index = {(c.group, c.M): i for i, c in enumerate(a.all_cases)}  # plan position, for merge's ordering
-    for r in rows:
-        key = tuple(r.get(k) for k in ("shape", "bits", "block", "dtype", "zp", "variant"))
-        r["case_index"] = index.get((key, r.get("M")))
-        r["shard"] = a.shard.label if a.shard is not None else ""
-    meta.update(shard_meta(a), argv=argv)
+    annotate(a, rows, meta, argv)
     d = out_dir(meta["env"])
     write_results(d, rows, meta, plots=not a.no_plots)
     part = d / "results.partial.csv"

@@ -4,8 +4,8 @@ Each DIR is the output of one ``python -m numba_nbits.perf --shard I/N`` run (or
 the suite). The merge
 
 * concatenates the shards' results.csv into one tidy frame (column ``shard`` says which shard each
-  row came from, ``git_commit`` which commit), ordered by plan position (``case_index``) so the
-  tables read as one run's would; a shard killed before it finished is read from its
+  row came from, ``git_commit`` which commit), shards of one partition ordered by plan position
+  (``case_index``) so the tables read as one run's would; a shard killed before it finished is read from its
   ``results.partial.csv`` (with a warning);
 * refuses shards from different GPUs (``MergeError``);
 * warns, in summary.md's "Merge warnings" and in meta.json's ``merge_warnings``, never silently,
@@ -149,9 +149,12 @@ def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else to_frame([])
     df = to_frame(df.to_dict("records"))
-    order = pd.DataFrame({"ref": df["kind"] == "reference",
-                          "idx": pd.to_numeric(df["case_index"], errors="coerce").fillna(math.inf)})
-    df = df.loc[order.sort_values(["ref", "idx"], kind="mergesort").index].reset_index(drop=True)
+    if len(counts) == 1 and all("index" in (m.get("shard") or {}) for _, _, m, _ in loaded):
+        # shards of one plan: back to plan order, reference rows last, as one run writes them
+        # (other inputs, whose case_index belong to different plans, stay in the order given)
+        order = pd.DataFrame({"ref": df["kind"] == "reference",
+                              "idx": pd.to_numeric(df["case_index"], errors="coerce").fillna(math.inf)})
+        df = df.loc[order.sort_values(["ref", "idx"], kind="mergesort").index].reset_index(drop=True)
     measured = df[df["kind"] == "ours"].drop_duplicates(CASE + ["shard"])
     dup = measured[measured.duplicated(CASE, keep=False)]
     if len(dup):
