@@ -224,7 +224,8 @@ def _shards_text(shards: list) -> str:
     rows = []
     for s in shards:
         c, v = s.get("ceilings") or {}, s.get("versions") or {}
-        rows.append({"shard": s.get("shard", ""), "dir": s.get("dir", ""), "commit": s.get("git_commit") or "unrecorded",
+        rows.append({"shard": s.get("shard", ""), "dir": s.get("dir", ""),
+                     "commit": s.get("git_commit") or "unrecorded",
                      "date": s.get("date", ""), "cases": s.get("cases"), "rows": s.get("rows"),
                      "skipped": s.get("skipped"), "wall_s": _f(s.get("wall_s")), "copy TB/s": _f(c.get("bw_tb_s")),
                      "fp16 TFLOP/s": _f(c.get("tflops_float16")), "numba-cuda": v.get("numba_cuda", ""),
@@ -339,8 +340,9 @@ def readme_summary(results_dir, link=None) -> str:
     env, ceil = meta.get("env", {}), meta.get("ceilings", {})
     bt = best_table(df)
     merged = f", merged from {len(meta['shards'])} shards" if meta.get("shards") else ""
-    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{env.get('git_commit') or 'unrecorded'}`"
-             f"{merged}) by `python -m numba_nbits.perf`; full tables: [`{link}/summary.md`]({link}/summary.md). "
+    commit = env.get("git_commit") or "unrecorded"
+    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{commit}`{merged}) "
+             f"by `python -m numba_nbits.perf`; full tables: [`{link}/summary.md`]({link}/summary.md). "
              f"Ceilings in that run: copy {_fmt(_f(ceil.get('bw_tb_s')))} TB/s, fp16 GEMM "
              f"{_fmt(_f(ceil.get('tflops_float16')))} TFLOP/s.", ""]
     if not len(bt):
