@@ -2,7 +2,8 @@
 
 Sections between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers are produced from code:
 ``routes`` from ``dispatch/routes.py`` (the same table dispatch runs), ``env`` from ``config.ENV_TABLE``,
-``perf`` from the committed results under ``perf/results/`` (``numba_nbits.perf.report.readme_summary``).
+``perf`` from the newest committed results under ``perf/results/`` (``numba_nbits.perf.report.readme_summary``;
+shard directories of a split sweep are skipped, their merge is what is shown).
 ``--check`` exits 1 when the README is out of date (the test suite runs it).
 """
 from __future__ import annotations
@@ -27,13 +28,26 @@ def _env() -> str:
     return env_table_markdown()
 
 
+def _is_shard(d: Path) -> bool:
+    """One shard of a split sweep (``--shard I/N``): the README shows the merged directory instead."""
+    if re.search(r"-shard\d+of\d+$", d.name):
+        return True
+    try:
+        import json
+
+        return bool(json.loads((d / "meta.json").read_text()).get("shard"))
+    except (OSError, ValueError):
+        return False
+
+
 def _perf() -> str:
     results = ROOT / "perf" / "results"
     try:
         from .perf.report import readme_summary
     except ImportError:
         return "_No performance results committed yet._"
-    dirs = sorted(p for p in results.iterdir() if (p / "results.csv").is_file()) if results.is_dir() else []
+    dirs = sorted(p for p in results.iterdir() if (p / "results.csv").is_file() and not _is_shard(p)) \
+        if results.is_dir() else []
     if not dirs:
         return "_No performance results committed yet._"
     return readme_summary(dirs[-1], link=dirs[-1].relative_to(ROOT))

@@ -377,3 +377,156 @@ def test_torch_dequant_matches_oracle():
                                 bits, 32, 96, torch.float64).numpy()
             ref = dequantize_ref(w.B, w.scales, w.zero_points, None, K=96, N=8, bits=bits, block_size=32)
             np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------ shards (CPU)
+
+@pytest.mark.parametrize("plan,n", [(shapes.FULL_PLAN, 1), (shapes.FULL_PLAN, 2), (shapes.FULL_PLAN, 3),
+                                    (shapes.FULL_PLAN, 4), (shapes.FULL_PLAN, 7), (shapes.QUICK_PLAN, 3)])
+def test_shards_cover_every_case_once_balanced_and_deterministic(plan, n):
+    from numba_nbits.perf import shard
+
+    cases = shapes.expand(plan)
+    parts = shard.partition(cases, n)
+    assert len(parts) == n and all(parts)
+    keys = [(c.group, c.M) for p in parts for c in p]
+    assert len(keys) == len(set(keys)) == len(cases)  # every case exactly once
+    assert set(keys) == {(c.group, c.M) for c in cases}
+    pos = {(c.group, c.M): i for i, c in enumerate(cases)}
+    for p in parts:  # plan (priority) order inside a shard
+        assert [pos[(c.group, c.M)] for c in p] == sorted(pos[(c.group, c.M)] for c in p)
+    loads = [shard.estimate_s(p, overhead=False) for p in parts]
+    mean = shard.estimate_s(cases, overhead=False) / n
+    assert max(loads) <= shard.BALANCE_FACTOR * mean, loads
+    assert shard.partition(list(cases), n) == parts  # deterministic
+    assert [shard.shard_cases(cases, shard.ShardSpec(i, n)) for i in range(1, n + 1)] == parts
+
+
+def test_shard_cli_and_dry_run(capsys):
+    import datetime
+
+    from numba_nbits.perf import shard
+
+    a = cli.parse(["--shard", "2/3"])
+    assert a.shard.label == "2/3" and len(a.all_cases) == len(shapes.expand(shapes.FULL_PLAN))
+    assert a.cases == shard.partition(a.all_cases, 3)[1]
+    assert cli.shard_meta(a)["shard"]["count"] == 3 and cli.shard_meta(cli.parse([])) == {}
+    q = cli.parse(["--quick", "--sweep", "gemv", "--shard", "1/2"])
+    assert set(q.cases) <= set(q.all_cases) and 0 < len(q.cases) < len(q.all_cases)
+    for bad in (["--shard", "0/3"], ["--shard", "4/3"], ["--shard", "3"], ["--shard", "a/b"],
+                ["--quick", "--shapes", "l3-8b-attn", "--M", "1", "--shard", "1/9"]):
+        with pytest.raises(SystemExit):
+            cli.parse(bad)
+    c = a.cases[0]
+    rows = [{"kind": "ours", "shape": c.shape, "bits": c.bits, "block": c.block, "dtype": c.dtype, "zp": c.zp,
+             "variant": c.variant, "M": c.M, "git_commit": ""}]
+    meta = {"env": {"git_commit": ""}}
+    a2 = cli.parse(["--shard", "2/3", "--commit", "0123abcd"])
+    cli.annotate(a2, rows, meta, ["--shard", "2/3"])
+    assert rows[0]["case_index"] == a.all_cases.index(c) and rows[0]["shard"] == "2/3"
+    assert rows[0]["git_commit"] == meta["env"]["git_commit"] == "0123abcd" and meta["shard"]["label"] == "2/3"
+    d = cli.default_out("NVIDIA H200", datetime.date(2026, 12, 1), shard.ShardSpec(2, 3))
+    assert d.name == "2026-12-01-h200-shard2of3"
+    assert cli.main(["--dry-run", "--shard", "2/3"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"shard {i}/3:" in out for i in (1, 2, 3)) and " s" in out and "cases in" in out
+
+
+# ------------------------------------------------------------------------------- merge (CPU)
+
+_ENV = {"gpu": "NVIDIA H200", "sm_count": 132, "l2_bytes": 60 << 20, "driver": "580", "numba_cuda": "0.30.4",
+        "cuda_core": "1.2.0", "torch": "2.11", "git_commit": "abc", "date": "2026-12-01 10:00"}
+_CEIL = {"bw_tb_s": 4.3, "tflops_float16": 750.0, "ceiling_note": "GEMM ceilings via torch"}
+
+
+def _indexed_rows():
+    """``_rows()`` in the order one run writes them (cases in plan order, reference rows last)."""
+    index = {("l3-8b-attn", "", 1): 0, ("l3-8b-attn", "", 256): 1, ("router-gptoss", "", 1): 2,
+             ("router-gptoss", shapes.ROUTER_AB_VARIANT, 1): 3}
+    rows = [{**r, "case_index": index[(r["shape"], r.get("variant", ""), r["M"])]} for r in _rows()]
+    return sorted(rows, key=lambda r: (r["kind"] == "reference", r["case_index"]))
+
+
+def _shard_dirs(tmp_path, env_b=None, ceil_b=None, rows_b=None):
+    rows = _indexed_rows()
+    skip = {"tier": "fp32", "shape": "l3-70b-up", "bits": 4, "block": 128, "dtype": "float32", "zp": "none",
+            "variant": "", "reason": "time budget exhausted"}
+    notes = [("tinygemm", "bf16 only")]
+    parts = {1: [r for r in rows if r["case_index"] == 0], 2: [r for r in rows if r["case_index"] != 0]}
+    dirs = []
+    for i in (1, 2):
+        env = dict(_ENV, **(env_b or {})) if i == 2 else dict(_ENV)
+        part = [{**r, "shard": f"{i}/2", **({k: env[k] for k in ("gpu", "git_commit")} if r["kind"] != "reference"
+                                           else {})} for r in parts[i]]
+        meta = {"env": env, "ceilings": dict(_CEIL, **((ceil_b or {}) if i == 2 else {})), "graph_api": "cuda.core",
+                "skipped": [dict(skip, M=i)], "notes": notes, "wall_s": 100.0 * i, "ort_cuda": False,
+                "shard": {"index": i, "count": 2, "label": f"{i}/2"}}
+        d = tmp_path / f"2026-12-01-h200-shard{i}of2"
+        report.write_results(d, rows_b if (i == 2 and rows_b is not None) else part, meta, plots=False)
+        dirs.append(d)
+    whole = tmp_path / "whole"
+    report.write_results(whole, rows, {"env": dict(_ENV), "ceilings": dict(_CEIL), "graph_api": "cuda.core",
+                                       "skipped": [dict(skip, M=1), dict(skip, M=2)], "notes": notes,
+                                       "wall_s": 300.0, "ort_cuda": False}, plots=False)
+    return dirs, whole
+
+
+def test_merge_equals_one_directory_with_all_rows(tmp_path):
+    from numba_nbits.perf import merge
+
+    (d1, d2), whole = _shard_dirs(tmp_path)
+    df, meta = merge.merge([d2, d1], plots=False)  # any order; default out: the name without -shardIofN
+    out = tmp_path / "2026-12-01-h200"
+    mdf, mmeta = report.read_results(out)
+    wdf, wmeta = report.read_results(whole)
+    assert len(mdf) == len(wdf) and mmeta["merge_warnings"] == []
+    assert [s["shard"] for s in mmeta["shards"]] == ["1/2", "2/2"] and [s["cases"] for s in mmeta["shards"]] == [1, 3]
+    assert len(mmeta["skipped"]) == 2 and {s["shard"] for s in mmeta["skipped"]} == {"1/2", "2/2"}
+    # the same report as one run holding every row; provenance is extra
+    assert report.summary_markdown(mdf, mmeta, provenance=False) == (whole / "summary.md").read_text()
+    assert report.summary_markdown(wdf, wmeta) == (whole / "summary.md").read_text()
+    cols = [c for c in report.best_table(wdf).columns if c not in ("shard", "commit")]
+    pd.testing.assert_frame_equal(report.best_table(mdf)[cols], report.best_table(wdf)[cols])
+    md = (out / "summary.md").read_text()
+    assert "## Shards" in md and "shard1of2" in md and "| shard |" in md.split("## Best route per case")[1]
+    assert "Merge warnings" not in md and "| shard | tier | shape | reason | cases |" in md and "MISS" in md
+    bt = report.best_table(mdf)
+    assert bt.loc[bt["M"] == 1, "shard"].iloc[0] == "1/2" and bt.loc[bt["M"] == 256, "shard"].iloc[0] == "2/2"
+    assert "merged from 2 shards" in report.readme_summary(out)
+    from numba_nbits import readme
+
+    assert readme._is_shard(d1) and not readme._is_shard(out) and not readme._is_shard(whole)
+
+
+def test_merge_rejects_mismatched_gpu(tmp_path):
+    from numba_nbits.perf import merge
+
+    (d1, d2), _ = _shard_dirs(tmp_path, env_b={"gpu": "NVIDIA A100-SXM4-80GB"})
+    with pytest.raises(merge.MergeError, match="different GPUs.*A100.*H200|different GPUs.*H200.*A100"):
+        merge.merge_frames([d1, d2])
+    with pytest.raises(SystemExit) as e:
+        merge.main([str(d1), str(d2), "--out", str(tmp_path / "m"), "--no-plots"])
+    assert e.value.code == 2 and not (tmp_path / "m" / "results.csv").exists()
+    with pytest.raises(merge.MergeError, match="--out"):
+        merge.default_out([d1, tmp_path / "whole"])
+
+
+def test_merge_reports_differing_commits_ceilings_and_missing_shards(tmp_path):
+    from numba_nbits.perf import merge
+
+    (d1, d2), _ = _shard_dirs(tmp_path, env_b={"git_commit": "def", "numba_cuda": "0.31.0"},
+                              ceil_b={"bw_tb_s": 3.8})
+    assert cli.main(["merge", str(d1), str(d2), "--out", str(tmp_path / "m"), "--no-plots"]) == 0
+    md = (tmp_path / "m" / "summary.md").read_text()
+    warn = md.split("## Merge warnings")[1].split("## ")[0]
+    assert "different commits" in warn and "`abc`" in warn and "`def`" in warn
+    assert "numba_cuda differs" in warn and "ceiling bw_tb_s" in warn
+    assert "| commit |" in md.split("## Best route per case")[1]  # which commit each case came from
+    meta = json.loads((tmp_path / "m" / "meta.json").read_text())
+    assert meta["env"]["git_commit"] == "abc, def" and meta["ceilings"]["bw_tb_s"] == pytest.approx(4.05)
+    _, meta1 = merge.merge_frames([d1])
+    assert any("2/2 not given" in w for w in meta1["merge_warnings"])
+    (d2 / "results.csv").rename(d2 / "results.partial.csv")
+    (d2 / "meta.json").unlink()
+    df, meta2 = merge.merge_frames([d1, d2])
+    assert any("interrupted" in w for w in meta2["merge_warnings"]) and set(df["shard"]) == {"1/2", d2.name}

@@ -4,7 +4,8 @@ Modules: ``shapes`` (named shapes, sweep plans), ``metrics`` (bytes, FLOPs, rota
 ``harness`` (events, CUDA graphs, host time), ``subjects`` (our operators, oracle checks), ``peers``
 (torch, tinygemm, gemlite, ORT CUDA), ``reference_rows`` (ORT's numbers from h200-measurements.md),
 ``ceilings`` (copy bandwidth, dense GEMM, environment), ``runner`` (the sweep), ``report`` (CSV,
-markdown, plots, README section), ``cli`` (arguments).
+markdown, plots, README section), ``shard`` (``--shard I/N``: cost-balanced partition of the cases),
+``merge`` (``python -m numba_nbits.perf merge``: shard directories into one report), ``cli`` (arguments).
 
 Importing this package imports neither torch nor numba and touches no GPU.
 """

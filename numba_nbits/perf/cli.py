@@ -1,4 +1,19 @@
-"""Command line of ``python -m numba_nbits.perf`` (argument parsing is pure and CPU-testable)."""
+"""Command line of ``python -m numba_nbits.perf`` (argument parsing is pure and CPU-testable).
+
+Forms::
+
+    python -m numba_nbits.perf [--quick] [--sweep ...] [filters] [--out DIR]   # one run
+    python -m numba_nbits.perf --shard I/N [same options]                       # part I of N of that run
+    python -m numba_nbits.perf --shard I/N --dry-run                            # cases and est. seconds per shard
+    python -m numba_nbits.perf merge DIR [DIR ...] [--out DIR] [--no-plots]     # shards -> one report
+
+``--shard I/N`` (1-based) runs a deterministic part of the expanded case list (``shard.partition``:
+groups balanced by estimated cost), so running ``1/N`` .. ``N/N`` with the same other options covers
+every case exactly once; each shard writes ``perf/results/<date>-<gpu>-shard<I>of<N>/`` by default and
+records the shard in meta.json. ``merge`` (a leading subcommand word, so every older argv keeps its
+meaning) concatenates shard directories into one results.csv / summary.md / plots / meta.json
+(``numba_nbits.perf.merge``).
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .shapes import ALL_BITS, FULL_PLAN, QUICK_PLAN, SHAPES, SWEEPS, expand, parse_dtype
+from .shard import ShardSpec, parse_shard
 
 QUICK_BUDGET_S = 90.0
 FULL_BUDGET_S = 480.0
@@ -32,11 +48,19 @@ def _dtypes(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _shard(text: str) -> ShardSpec:
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m numba_nbits.perf",
         description="Time MatMulNBits (every eligible route) against peers; write CSV, markdown and plots.",
-        epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~8 min on an H200, --quick ~1 min.")
+        epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~25 min on an H200 (run it as "
+               f"--shard 1/N .. N/N, then `python -m numba_nbits.perf merge DIRS --out DIR`), --quick ~1 min.")
     p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16")
     p.add_argument("--sweep", choices=SWEEPS, default="all",
                    help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
@@ -48,7 +72,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--routes", type=_names, default=["auto", "forced"],
                    help="auto (dispatch's pick), forced (every other eligible route), or route names to force "
                         "(default auto,forced)")
-    p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/)")
+    p.add_argument("--shard", type=_shard, metavar="I/N",
+                   help="run part I (1-based) of N of the case list, balanced by estimated cost; shards 1..N "
+                        "cover every case once (merge them with `python -m numba_nbits.perf merge`)")
+    p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/, "
+                                            "with --shard perf/results/<date>-<gpu>-shard<I>of<N>/)")
+    p.add_argument("--commit", metavar="SHA", default="",
+                   help="commit to record when the tree has no .git (a device copy): rows and meta.json get it "
+                        "where git gave none, so merge can compare shards' commits")
     p.add_argument("--no-peers", action="store_true", help="skip torch / tinygemm / gemlite / ORT peers")
     p.add_argument("--budget-s", type=float, help=f"stop starting cases after this many seconds "
                                                    f"(default {FULL_BUDGET_S:.0f}, --quick {QUICK_BUDGET_S:.0f})")
@@ -76,16 +107,25 @@ def parse(argv=None) -> argparse.Namespace:
         except ValueError as e:
             parser().error(str(e))
     a.plan = QUICK_PLAN if a.quick else FULL_PLAN
-    a.cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes, sweep=a.sweep)
+    a.all_cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes,
+                         sweep=a.sweep)
+    a.cases = a.all_cases
+    if a.shard is not None:
+        from .shard import shard_cases
+
+        if a.shard.count > max(1, len(a.all_cases)):
+            parser().error(f"--shard {a.shard.label}: only {len(a.all_cases)} cases to split")
+        a.cases = shard_cases(a.all_cases, a.shard)
     if a.budget_s is None:
         a.budget_s = QUICK_BUDGET_S if a.quick else FULL_BUDGET_S
     return a
 
 
-def default_out(gpu: str, date: _dt.date | None = None) -> Path:
+def default_out(gpu: str, date: _dt.date | None = None, shard: ShardSpec | None = None) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", (gpu or "gpu").lower()).strip("-") or "gpu"
     slug = slug.replace("nvidia-", "")
-    return REPO / "perf" / "results" / f"{(date or _dt.date.today()).isoformat()}-{slug}"
+    tail = f"-{shard.slug}" if shard is not None else ""
+    return REPO / "perf" / "results" / f"{(date or _dt.date.today()).isoformat()}-{slug}{tail}"
 
 
 def plan_text(cases) -> str:
@@ -97,9 +137,48 @@ def plan_text(cases) -> str:
     return "\n".join(lines)
 
 
+def shard_meta(a: argparse.Namespace) -> dict:
+    """What meta.json records about the partition (commit, versions and ceilings are in env/ceilings)."""
+    from .shard import estimate_s
+
+    if a.shard is None:
+        return {}
+    return {"shard": {"index": a.shard.index, "count": a.shard.count, "label": a.shard.label,
+                      "cases": len(a.cases), "total_cases": len(a.all_cases), "plan": "quick" if a.quick else "full",
+                      "est_s": round(estimate_s(a.cases), 1)}}
+
+
+def annotate(a: argparse.Namespace, rows: list[dict], meta: dict, argv=()) -> None:
+    """Rows get ``case_index`` (plan position, before sharding: merge's ordering) and ``shard``;
+    ``--commit`` fills an empty ``git_commit``; meta gets ``shard`` and ``argv``."""
+    index = {(c.group, c.M): i for i, c in enumerate(a.all_cases)}
+    for r in rows:
+        key = tuple(r.get(k) for k in ("shape", "bits", "block", "dtype", "zp", "variant"))
+        r["case_index"] = index.get((key, r.get("M")))
+        r["shard"] = a.shard.label if a.shard is not None else ""
+        if a.commit and r.get("kind") != "reference" and not r.get("git_commit"):
+            r["git_commit"] = a.commit
+    env = meta.setdefault("env", {})
+    if a.commit and not env.get("git_commit"):
+        env["git_commit"] = a.commit
+    meta.update(shard_meta(a), argv=list(argv))
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:
+        from .merge import main as merge_main
+
+        return merge_main(argv[1:])
     a = parse(argv)
     if a.dry_run:
+        from .shard import estimate_s, plan_table
+
+        if a.shard is not None:
+            print(plan_table(a.all_cases, a.shard.count, a.budget_s))
+            print(f"shard {a.shard.label}:")
+        else:
+            print(f"estimated ~{estimate_s(a.cases):.0f} s on one H200 (budget {a.budget_s:.0f} s)")
         print(plan_text(a.cases))
         for c in a.cases:
             print(f"  {c.tier:12s} {c.shape:14s} M={c.M:<5d} {c.bits}b g{c.block:<4d} {c.dtype:9s} zp={c.zp}"
@@ -114,7 +193,7 @@ def main(argv=None) -> int:
 
     def out_dir(env) -> Path:
         if "dir" not in out_holder:
-            out_holder["dir"] = a.out or default_out(env.get("gpu", "gpu"))
+            out_holder["dir"] = a.out or default_out(env.get("gpu", "gpu"), shard=a.shard)
             out_holder["dir"].mkdir(parents=True, exist_ok=True)
         return out_holder["dir"]
 
@@ -136,6 +215,7 @@ def main(argv=None) -> int:
     rows, meta = run(opts, backend)
     if not meta.get("ort_cuda"):
         rows = rows + reference_rows_for(rows)
+    annotate(a, rows, meta, argv)
     d = out_dir(meta["env"])
     write_results(d, rows, meta, plots=not a.no_plots)
     part = d / "results.partial.csv"

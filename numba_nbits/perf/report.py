@@ -23,7 +23,7 @@ COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "vari
            "us_graph_p80", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold", "warmup_s",
            "bytes", "flops", "tb_s", "tflops", "pct_bw", "pct_flops", "pct_roofline", "rel_err", "tol", "correct",
            "error", "note", "check_note", "graph_note", "gpu", "sm_count", "driver", "numba_cuda", "cuda_core", "torch",
-           "git_commit", "date"]
+           "git_commit", "date", "case_index", "shard"]
 CASE = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "variant"]
 CSV_NAME, META_NAME, SUMMARY_NAME = "results.csv", "meta.json", "summary.md"
 
@@ -36,7 +36,7 @@ def to_frame(rows) -> pd.DataFrame:
             df[c] = pd.NA
     extra = [c for c in df.columns if c not in COLUMNS]
     df = df[COLUMNS + extra]
-    for c in ("variant", "error", "note", "check_note", "graph_note", "zp", "source", "tier", "auto_route"):
+    for c in ("variant", "error", "note", "check_note", "graph_note", "zp", "source", "tier", "auto_route", "shard"):
         col = df[c].astype(object)
         df[c] = col.where(col.notna(), "").astype(str)
     df.loc[df["zp"] == "", "zp"] = "none"
@@ -93,6 +93,9 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
         auto = ours[ours["forced"].map(lambda v: str(v).lower() in ("false", "0", "0.0"))]
         good = ours[ok.loc[ours.index]]
         rec["auto_route"] = auto["route"].iloc[0] if len(auto) else ""
+        src = ours if len(ours) else g
+        rec["shard"] = str(src["shard"].iloc[0]) if "shard" in src.columns and len(src) else ""
+        rec["commit"] = "" if not len(src) or pd.isna(src["git_commit"].iloc[0]) else str(src["git_commit"].iloc[0])
         rec["auto_us"] = float(auto["us"].iloc[0]) if len(auto) and ok.loc[auto.index[0]] else math.nan
         if len(good):
             b = good.loc[good["us"].idxmin()]
@@ -145,7 +148,14 @@ def _speed_cols(bt: pd.DataFrame) -> list[str]:
     return [c for c in bt.columns if c.startswith("vs ")]
 
 
-def summary_markdown(df: pd.DataFrame, meta: dict, plots=()) -> str:
+def _multi(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and df[col].fillna("").astype(str).replace("", pd.NA).dropna().nunique() > 1
+
+
+def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool = True) -> str:
+    """summary.md. ``provenance`` (a merged report's extras: merge warnings, ``shard``/``commit``
+    columns when rows come from several shards/commits, the Shards table); without it a merge of
+    shards renders exactly as one run holding all their rows would."""
     env = meta.get("env", {})
     ceil = meta.get("ceilings", {})
     out = [f"# numba_nbits perf: {env.get('gpu', '?')}, {env.get('date', '')}", "",
@@ -161,10 +171,14 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=()) -> str:
            "eager batches), weights and activations rotated beyond the L2. `vs X` = X's time / our best "
            "correct route's time (above 1: we are faster; **MISS**: the peer wins). `ref:` columns come from "
            "h200-measurements.md (ORT 1.31.1, 2026-11-30), not from this run.", ""]
+    prov = [c for c, col in (("shard", "shard"), ("commit", "git_commit")) if provenance and _multi(df, col)]
+    warnings = meta.get("merge_warnings", []) if provenance else []
+    if warnings:
+        out += ["## Merge warnings", ""] + [f"- {w}" for w in warnings] + [""]
     bt = best_table(df)
     if len(bt):
         cols = ["shape", "M", "bits", "block", "dtype", "zp", "auto_route", "auto_us", "best_route", "best_us",
-                "pct_bw", "pct_roofline"] + _speed_cols(bt)
+                "pct_bw", "pct_roofline"] + _speed_cols(bt) + prov
         view = bt[cols].copy()
         view["dtype"] = view["dtype"].map(lambda d: DTYPE_SHORT.get(d, d))
         kinds = {c: "x" for c in _speed_cols(bt)}
@@ -183,7 +197,7 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=()) -> str:
     out += ["## Wrong or failed", ""]
     if len(wrong):
         w = wrong[["shape", "M", "bits", "block", "dtype", "zp", "variant", "kind", "route", "forced", "rel_err",
-                   "tol", "error", "check_note"]].copy()
+                   "tol", "error", "check_note"] + (["shard"] if "shard" in prov else [])].copy()
         out += [md_table(w), ""]
     else:
         out += ["None: every measured row matched the float64 oracle within its tolerance.", ""]
@@ -192,15 +206,33 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=()) -> str:
     out += ["## Not measured", ""]
     if skipped:
         sk = pd.DataFrame(skipped)
+        by = (["shard"] if provenance and _multi(sk, "shard") else []) + ["tier", "shape", "reason"]
         out += [f"{len(sk)} cases skipped: " + "; ".join(f"{r}: {n}" for r, n in sk.groupby("reason").size().items()),
-                "", md_table(sk.groupby(["tier", "shape", "reason"]).size().reset_index(name="cases")), ""]
+                "", md_table(sk.groupby(by).size().reset_index(name="cases")), ""]
     for name, text in notes:
         out.append(f"- {name}: {text}")
     if not skipped and not notes:
         out.append("Nothing was skipped.")
+    if provenance and meta.get("shards"):
+        out += ["", "## Shards", "", _shards_text(meta["shards"])]
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(out) + "\n"
+
+
+def _shards_text(shards: list) -> str:
+    rows = []
+    for s in shards:
+        c, v = s.get("ceilings") or {}, s.get("versions") or {}
+        rows.append({"shard": s.get("shard", ""), "dir": s.get("dir", ""),
+                     "commit": s.get("git_commit") or "unrecorded",
+                     "date": s.get("date", ""), "cases": s.get("cases"), "rows": s.get("rows"),
+                     "skipped": s.get("skipped"), "wall_s": _f(s.get("wall_s")), "copy TB/s": _f(c.get("bw_tb_s")),
+                     "fp16 TFLOP/s": _f(c.get("tflops_float16")), "numba-cuda": v.get("numba_cuda", ""),
+                     "driver": v.get("driver", "")})
+    return (f"Merged from {len(shards)} result directories (`python -m numba_nbits.perf merge`); the header's "
+            "ceilings are the median over them, each row's % columns use its own shard's ceilings.\n\n"
+            + md_table(pd.DataFrame(rows)))
 
 
 def _router_section(df: pd.DataFrame) -> list[str]:
@@ -307,7 +339,9 @@ def readme_summary(results_dir, link=None) -> str:
     df, meta = read_results(d)
     env, ceil = meta.get("env", {}), meta.get("ceilings", {})
     bt = best_table(df)
-    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{env.get('git_commit') or 'unrecorded'}`) "
+    merged = f", merged from {len(meta['shards'])} shards" if meta.get("shards") else ""
+    commit = env.get("git_commit") or "unrecorded"
+    lines = [f"Measured on {env.get('gpu', '?')} ({env.get('date', '?')}, commit `{commit}`{merged}) "
              f"by `python -m numba_nbits.perf`; full tables: [`{link}/summary.md`]({link}/summary.md). "
              f"Ceilings in that run: copy {_fmt(_f(ceil.get('bw_tb_s')))} TB/s, fp16 GEMM "
              f"{_fmt(_f(ceil.get('tflops_float16')))} TFLOP/s.", ""]
