@@ -362,3 +362,22 @@ def test_gpu_ctypes_and_bindings_launches_agree(rng):
 @pytest.mark.skipif(not SIMULATED, reason="simulator behaviour")
 def test_simulator_launch_is_unchanged():
     assert launch.simulated() is True and launch.is_capturing(0) is False
+
+
+def test_bench_host_tiny(tmp_path, monkeypatch):
+    """perf/bench_host.py --tiny runs (on the simulator or a GPU) and writes its CSV."""
+    import csv
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "perf" / "bench_host.py"
+    spec = importlib.util.spec_from_file_location("bench_host", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert mod.main(["--tiny"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "bench_host.csv")))
+    whats = {(r["M"], r["what"]) for r in rows if r["kind"] == "numba"}
+    assert {("1", "op(A, out=O)"), ("1", "op(A)"), ("4", "op(A, out=O)")} <= whats
+    assert {r["route"] for r in rows if r["M"] == "4"} == {"dequant_cublas"}
+    assert all(float(r["host_us"]) > 0 for r in rows)
