@@ -32,23 +32,33 @@ def bfloat16() -> np.dtype:
     return _bf16()
 
 
-_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+_NAMES = {_F32: "float32", _F16: "float16"}
+_BF16 = None  # the bf16 dtype object once seen (numpy's builtin dtypes are singletons, so `is` finds them)
 
 
 def dtype_name(dt) -> str:
     """'float32' | 'float16' | 'bfloat16' | numpy's name for anything else."""
-    try:
-        return _NAMES[dt]  # a per-call lookup: one dict hit for the dtypes seen before
-    except (KeyError, TypeError):
-        pass
+    # identity first: hashing an np.dtype (a dict lookup) costs microseconds, and this runs per call
+    if dt is _F16:
+        return "float16"
+    if dt is _F32:
+        return "float32"
+    if dt is _BF16 and dt is not None:
+        return "bfloat16"
+    return _dtype_name_slow(dt)
+
+
+def _dtype_name_slow(dt) -> str:
+    global _BF16
     dt = np.dtype(dt)
     name = _NAMES.get(dt)
     if name:
         return name
-    name = "bfloat16" if dt.name == "bfloat16" else dt.name
-    if len(_NAMES) < 64:
-        _NAMES[dt] = name
-    return name
+    if dt.name == "bfloat16":
+        _BF16 = dt
+        return "bfloat16"
+    return dt.name
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -304,6 +304,16 @@ class Launch:
         else:
             self._write_array(b, i, a)
 
+    def set_array_ptr(self, i: int, ptr: int, like: DevArray) -> None:
+        """``set_array(i, a)`` for ``a`` = ``like`` (shape, strides, dtype) at address ``ptr``, without
+        building that view: plans keep ``like`` for arrays whose layout is fixed per plan. GPU only."""
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        key = b.keys[i]
+        if key is not None and key[0] == like.shape and key[1] == like.strides and key[2] == like.dtype.itemsize:
+            b.vals[self._layout[i][0] + 4] = ptr
+        else:
+            self._write_array(b, i, DevArray(ptr, like.shape, like.strides, like.dtype, None))
+
     def set_scalar(self, i: int, v) -> None:
         if self._vals is None:
             self._args[i] = v

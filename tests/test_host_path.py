@@ -262,6 +262,26 @@ def test_launch_rewrites_only_the_pointer_and_launches_through_ctypes(monkeypatc
     assert int(L._template.vals[4]) == 0x100
 
 
+def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
+    L, calls = _fake_launch(monkeypatch)
+    like = DevArray(0, (4,), (2,), np.float16, None)
+    L.set_array_ptr(0, 0x300, like)  # new layout in this thread: all the argument's slots
+    L.launch(0)
+    first = calls[-1][1][:7]
+    assert first == [0, 0, 4, 2, 0x300, 4, 2]
+    L.set_array_ptr(0, 0x340, like)  # same layout: the pointer only
+    L.launch(0)
+    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x340, 4, 2]
+    L.set_array(0, DevArray(0x380, (4,), (2,), np.float16, None))
+    L.launch(0)
+    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x380, 4, 2]
+    got = []
+    t = threading.Thread(target=lambda: (L.set_array_ptr(0, 0x3C0, like), L.launch(0), got.append(1)))
+    t.start()
+    t.join()
+    assert got and calls[-1][1][:7] == [0, 0, 4, 2, 0x3C0, 4, 2]  # a fresh thread starts from the template
+
+
 def test_launch_threads_have_their_own_buffers(monkeypatch):
     L, calls = _fake_launch(monkeypatch)
     L.set_array(0, DevArray(0x111, (8,), (2,), np.float16, None))
