@@ -501,7 +501,7 @@ def alloc_output(kind: str, shape, dtype, source, simulated: bool) -> DevArray:
         import torch
 
         tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype_name(dtype)]
-        t = torch.empty(shape, dtype=tdt, device=source.device)
+        t = torch.empty(shape, dtype=tdt, device=source.device)  # (torch's caching allocator: ~no cost)
         return DevArray(t.data_ptr(), shape, _c_strides(shape, dtype.itemsize), dtype, t)
     if kind == "cupy":
         import cupy
@@ -510,8 +510,14 @@ def alloc_output(kind: str, shape, dtype, source, simulated: bool) -> DevArray:
         return DevArray(c.data.ptr, shape, c.strides, dtype, c)
     from numba import cuda
 
+    # numba's allocator: cuMemAlloc plus numba's bookkeeping, tens of microseconds per call on an H200
+    # (~35 us); a pool of our own could hand the caller memory still read by work it queued on another
+    # stream before dropping the array, so there is none: pass out= (or torch / CuPy arrays, whose
+    # caching allocators are stream-aware) for the lowest latency.
     arr = cuda.device_array(shape, dtype)
-    return DevArray(arr.__cuda_array_interface__["data"][0], shape, _c_strides(shape, dtype.itemsize), dtype, arr)
+    gd = arr.gpu_data
+    ptr = int(gd.device_pointer) if gd is not None else 0
+    return _mk(ptr, shape, _c_strides(shape, dtype.itemsize), dtype, arr, True)
 
 
 def result_of(out: DevArray, kind: str, simulated: bool, stream: int):
