@@ -404,7 +404,9 @@ def _adapt_numba(x, name: str, want_stream: bool) -> ArrayIn:
     if dt.kind == "V" and dt.itemsize == 2:
         dt = _bf16()
     gd = x.gpu_data
-    ptr = int(gd.device_pointer) if gd is not None else 0
+    # an OwnedPointer (what numba's allocations hold) keeps device_ctypes_pointer as a plain attribute;
+    # a MemoryPointer (slices) computes it: either way what __cuda_array_interface__ reports
+    ptr = (gd.device_ctypes_pointer.value or 0) if gd is not None else 0
     dummy = getattr(x, "_dummy", None)
     cc = True if (dummy is not None and dummy.is_c_contig) else None  # numba's rule is the stricter one
     dev = _mk(ptr, x.shape, x.strides, dt, x, cc)
@@ -516,7 +518,7 @@ def alloc_output(kind: str, shape, dtype, source, simulated: bool) -> DevArray:
     # caching allocators are stream-aware) for the lowest latency.
     arr = cuda.device_array(shape, dtype)
     gd = arr.gpu_data
-    ptr = int(gd.device_pointer) if gd is not None else 0
+    ptr = (gd.device_ctypes_pointer.value or 0) if gd is not None else 0
     return _mk(ptr, shape, _c_strides(shape, dtype.itemsize), dtype, arr, True)
 
 

@@ -77,7 +77,10 @@ class _Ctx:
 
 class _GpuData:
     def __init__(self, ptr):
+        import ctypes
+
         self.device_pointer = ptr
+        self.device_ctypes_pointer = ctypes.c_size_t(ptr)
         self.context = _Ctx()
 
 
