@@ -78,6 +78,17 @@ def _libcuda():
     return _LIBCUDA
 
 
+_CUDA_ERROR_INVALID_CONTEXT = 201  # what the driver answers on a thread with no current context
+
+
+def _make_context_current() -> None:
+    """Make numba's context current on this thread (what numba's own calls do on first use), so a
+    thread whose first CUDA call is one of ours still works."""
+    from numba import cuda
+
+    cuda.current_context()
+
+
 def _drv():
     from cuda.bindings import driver
 
@@ -109,6 +120,9 @@ def is_capturing(stream_handle: int) -> bool:
         ctypes = lib[2]
         status = ctypes.c_int(0)
         err = lib[1](stream_handle or None, ctypes.byref(status))
+        if err == _CUDA_ERROR_INVALID_CONTEXT:
+            _make_context_current()
+            err = lib[1](stream_handle or None, ctypes.byref(status))
         if err == 0:
             return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE == 0
         # fall through: the bindings path raises with the driver's error name
@@ -326,16 +340,23 @@ class Launch:
             self._launch_simulated()
             return
         b = getattr(self._tls, "bufs", None) or self._bufs()
+        err = self._launch_once(stream, b)
+        if err:
+            if err == _CUDA_ERROR_INVALID_CONTEXT:  # nothing was launched: make a context current, retry
+                _make_context_current()
+                err = self._launch_once(stream, b)
+            if err:
+                check((err,), f"cuLaunchKernel({self.kernel.name})")
+
+    def _launch_once(self, stream: int, b: _Bufs) -> int:
         lib = _libcuda() if USE_CTYPES else False
         if lib:
-            err = lib[0](*self._cargs, stream or None, b.addr, None)
-        else:
-            drv = _drv()
-            g, bl = self.grid, self.block
-            err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], bl[0], bl[1], bl[2], self.shared_mem,
-                                      stream, b.addr, 0)
-        if int(err) != 0:  # (a cuda-bindings CUresult may not be an int subclass)
-            check((err,), f"cuLaunchKernel({self.kernel.name})")
+            return lib[0](*self._cargs, stream or None, b.addr, None)
+        drv = _drv()
+        g, bl = self.grid, self.block
+        err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], bl[0], bl[1], bl[2], self.shared_mem,
+                                  stream, b.addr, 0)
+        return int(err)
 
     __call__ = launch
 

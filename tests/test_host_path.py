@@ -382,6 +382,48 @@ def test_gpu_ctypes_and_bindings_launches_agree(rng):
         pytest.skip("libcuda.so.1 not loadable through ctypes: the bindings path was used both times")
 
 
+@requires_gpu
+def test_gpu_call_from_a_thread_with_no_cuda_context(rng):
+    """A thread whose first CUDA call is op(...) on arrays made elsewhere: the launch finds no current
+    context, makes numba's current and retries (numba's own per-call lookups used to do that)."""
+    from numba import cuda
+
+    from numba_nbits.formats import quantize
+
+    K, N = 256, 128
+    B, sc, _ = quantize(rng.standard_normal((N, K)).astype(np.float32), bits=4, block_size=32, symmetric=True)
+    op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32)
+    A = to_dev(rng.standard_normal((1, K)).astype(np.float16))
+    ref = op(A).copy_to_host()
+    o = cuda.device_array((1, N), np.float16)
+    errors = []
+
+    def work():
+        try:
+            op(A, out=o)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    cuda.synchronize()
+    np.testing.assert_array_equal(o.copy_to_host(), ref)
+
+
+def test_launch_retries_once_without_a_context(monkeypatch):
+    import ctypes
+
+    L, calls = _fake_launch(monkeypatch)
+    answers = [201, 0]
+    made = []
+    monkeypatch.setattr(launch, "_LIBCUDA", (lambda *a: answers.pop(0), None, ctypes))
+    monkeypatch.setattr(launch, "_make_context_current", lambda: made.append(1))
+    L.launch(0)
+    assert made == [1] and answers == []
+
+
 @pytest.mark.skipif(not SIMULATED, reason="simulator behaviour")
 def test_simulator_launch_is_unchanged():
     assert launch.simulated() is True and launch.is_capturing(0) is False
