@@ -63,13 +63,17 @@ def _libcuda():
         try:
             import ctypes
 
+            import os
+
             lib = ctypes.CDLL("libcuda.so.1")
-            launch = lib.cuLaunchKernel
+            # cuda-bindings resolves the per-thread-default-stream variants when this is set; follow it
+            ptsz = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+            launch = lib.cuLaunchKernel_ptsz if ptsz else lib.cuLaunchKernel
             u = ctypes.c_uint
             launch.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_void_p]
             launch.restype = ctypes.c_int
-            capturing = lib.cuStreamIsCapturing
+            capturing = lib.cuStreamIsCapturing_ptsz if ptsz else lib.cuStreamIsCapturing
             capturing.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             capturing.restype = ctypes.c_int
             _LIBCUDA = (launch, capturing, ctypes)
