@@ -227,6 +227,8 @@ def _fake_launch(monkeypatch):
     calls = []
 
     def cu_launch(*args):
+        # the launch passes ready ctypes objects (None for NULL); read them back as ints
+        args = tuple(a.value if isinstance(a, (ctypes.c_void_p, ctypes.c_uint)) else a for a in args)
         table = args[9]
         n = 12
         ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(table))
