@@ -197,6 +197,11 @@ def main(argv=None) -> int:
     print(f"bench_host: {'CUDA simulator' if launch.simulated() else 'GPU'}; median of {args.batches} batches of "
           f"{args.calls} calls" + (" (--tiny: a smoke test, not a measurement)" if args.tiny else ""), flush=True)
     rows = run(args.tiny, args.calls, args.batches)
+    bound = [f"{r['route']} M={r['M']} {r['kind']} {r['what']}" for r in rows if "GPU-BOUND" in r["note"]]
+    if bound:
+        print("GPU-BOUND rows (host time not above 1.2x the GPU time; not a host measurement): " + "; ".join(bound))
+    elif not launch.simulated():
+        print("every row is host-bound: GPU time per call < host time per call / 1.2")
     out = os.environ.get("OUT")
     if out:
         os.makedirs(out, exist_ok=True)
