@@ -13,13 +13,20 @@ module removes that cost:
   ``set_scalar`` rewrite single slots (an activation or output pointer per call), and ``launch``
   is one ``cuLaunchKernel`` call on the caller's stream: nothing is allocated, synchronised or
   compiled, so it is safe while a CUDA graph is being captured. Each thread gets its own copy of
-  the parameter buffer (made on its first use of the launch), so threads calling one operator on
-  their own streams never see each other's pointers; the driver copies the parameters at launch.
+  the parameter buffer (made on its first use of the launch from a template that is never written
+  after construction), so threads calling one operator on their own streams never see each other's
+  pointers; the driver copies the parameters at launch.
+* The per-call cost is kept small: ``set_array`` remembers, per thread and argument, the shape,
+  strides and itemsize it last wrote and then rewrites only the data-pointer slot; ``launch`` calls
+  libcuda's ``cuLaunchKernel`` through ctypes with the pre-built ``void**`` table (the cuda-bindings
+  wrapper is the fallback, and ``launch.USE_CTYPES = False`` selects it, e.g. to compare the two).
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch
   with NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
 """
 from __future__ import annotations
 
+import ctypes
+import math
 import threading
 from typing import Any, Sequence
 
@@ -31,11 +38,59 @@ _GPU_ONLY_JIT_OPTIONS = ("lineinfo", "launch_bounds", "max_registers", "forceinl
 _COMPILE_LOCK = threading.RLock()
 
 
+_SIMULATED = None
+
+
 def simulated() -> bool:
     """True when numba runs on its CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` before import)."""
-    from numba.cuda.core import config
+    global _SIMULATED
+    if _SIMULATED is None:
+        from numba.cuda.core import config
 
-    return bool(config.ENABLE_CUDASIM)
+        _SIMULATED = bool(config.ENABLE_CUDASIM)  # fixed once numba is imported
+    return _SIMULATED
+
+
+# libcuda through ctypes for the two per-call driver calls (cuLaunchKernel, cuStreamIsCapturing):
+# same driver entry points as cuda-bindings' (the legacy-default-stream ones), without its wrappers.
+USE_CTYPES = True
+_LIBCUDA = None
+
+
+def _libcuda():
+    """(cuLaunchKernel, cuStreamIsCapturing) as ctypes functions, or False when libcuda cannot be loaded."""
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        try:
+            import ctypes
+
+            import os
+
+            lib = ctypes.CDLL("libcuda.so.1")
+            # cuda-bindings resolves the per-thread-default-stream variants when this is set; follow it
+            ptsz = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+            launch = lib.cuLaunchKernel_ptsz if ptsz else lib.cuLaunchKernel
+            # no argtypes: every argument is passed as a ready ctypes object (c_void_p / c_uint, or None
+            # for NULL), which skips the per-call from_param conversions (about half the call's cost)
+            launch.restype = ctypes.c_int
+            capturing = lib.cuStreamIsCapturing_ptsz if ptsz else lib.cuStreamIsCapturing
+            capturing.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            capturing.restype = ctypes.c_int
+            _LIBCUDA = (launch, capturing, ctypes)
+        except (OSError, AttributeError):
+            _LIBCUDA = False
+    return _LIBCUDA
+
+
+_CUDA_ERROR_INVALID_CONTEXT = 201  # what the driver answers on a thread with no current context
+
+
+def _make_context_current() -> None:
+    """Make numba's context current on this thread (what numba's own calls do on first use), so a
+    thread whose first CUDA call is one of ours still works."""
+    from numba import cuda
+
+    cuda.current_context()
 
 
 def _drv():
@@ -48,9 +103,13 @@ def check(result, what: str):
     """Raise RuntimeError if a cuda-bindings call returned an error; return the remaining values."""
     err = result[0]
     if int(err) != 0:
-        drv = _drv()
-        _, name = drv.cuGetErrorName(err)
-        raise RuntimeError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name} ({int(err)})")
+        try:
+            drv = _drv()
+            _, name = drv.cuGetErrorName(drv.CUresult(int(err)))
+            name = name.decode() if isinstance(name, bytes) else name
+        except Exception:  # no driver to name it: the number still says what failed
+            name = "CUDA error"
+        raise RuntimeError(f"{what} failed: {name} ({int(err)})")
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]
@@ -58,8 +117,19 @@ def check(result, what: str):
 
 def is_capturing(stream_handle: int) -> bool:
     """Whether ``stream_handle`` is capturing a CUDA graph (always False under the simulator)."""
-    if simulated():
+    if _SIMULATED or (_SIMULATED is None and simulated()):
         return False
+    lib = _libcuda() if USE_CTYPES else False
+    if lib:
+        ctypes = lib[2]
+        status = ctypes.c_int(0)
+        err = lib[1](stream_handle or None, ctypes.byref(status))
+        if err == _CUDA_ERROR_INVALID_CONTEXT:
+            _make_context_current()
+            err = lib[1](stream_handle or None, ctypes.byref(status))
+        if err == 0:
+            return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE == 0
+        # fall through: the bindings path raises with the driver's error name
     drv = _drv()
     status = check(drv.cuStreamIsCapturing(drv.CUstream(stream_handle)), "cuStreamIsCapturing")
     return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
@@ -160,11 +230,26 @@ def _dims(d):
     return d + (1,) * (3 - len(d))
 
 
+class _Bufs:
+    """One thread's parameter buffer: the int64 slots, the ``void**`` table pointing at them, the
+    table's address, and per argument the (shape, strides, itemsize) last written (None: unknown)."""
+
+    __slots__ = ("vals", "ptrs", "addr", "addr_c", "keys", "stream", "stream_c")
+
+    def __init__(self, vals: np.ndarray, keys: list):
+        self.vals = vals
+        self.ptrs = np.arange(vals.size, dtype=np.uint64) * np.uint64(8) + np.uint64(vals.ctypes.data)
+        self.addr = int(self.ptrs.ctypes.data)
+        self.addr_c = ctypes.c_void_p(self.addr)
+        self.keys = keys
+        self.stream, self.stream_c = 0, None  # the last stream launched on, as a ctypes argument
+
+
 class Launch:
     """A kernel bound to its launch geometry and a packed parameter buffer (see module docstring)."""
 
-    __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_ptrs", "_ptrs_addr", "_args", "_tls",
-                 "_func", "_layout")
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_template", "_args", "_tls",
+                 "_func", "_fh", "_layout", "_cargs")
 
     def __init__(self, kernel: Kernel, grid, block, args: Sequence[Any], shared_mem: int = 0):
         if len(args) != len(kernel.argtypes):
@@ -179,68 +264,109 @@ class Launch:
             kernel.ensure_dynamic_shared(shared_mem)
         self._args = list(args)
         if simulated():
-            self._vals = self._ptrs = self._layout = self._func = None
-            self._ptrs_addr = 0
+            self._vals = self._template = self._layout = self._func = self._fh = self._cargs = None
             return
         (layout, nslots) = kernel._layout
         self._layout = layout
         self._func = kernel._func
-        self._vals = np.zeros(max(nslots, 1), dtype=np.int64)
-        base = self._vals.ctypes.data
-        self._ptrs = np.arange(nslots, dtype=np.uint64) * np.uint64(8) + np.uint64(base)
-        self._ptrs_addr = int(self._ptrs.ctypes.data)
+        self._fh = int(kernel._func)  # the raw handle, for the ctypes launch
+        g, b = self.grid, self.block
+        u = ctypes.c_uint
+        self._cargs = (ctypes.c_void_p(self._fh), u(g[0]), u(g[1]), u(g[2]), u(b[0]), u(b[1]), u(b[2]),
+                       u(self.shared_mem))
+        tpl = _Bufs(np.zeros(max(nslots, 1), dtype=np.int64), [None] * len(args))
+        self._vals = tpl.vals
         for i, a in enumerate(args):
             if layout[i][2] == "array":
-                self.set_array(i, a)
+                self._write_array(tpl, i, a)
             else:
-                self.set_scalar(i, a)
-        self._tls.bufs = (self._vals, self._ptrs, self._ptrs_addr)
+                self._write_scalar(tpl, i, a)
+        self._template = tpl  # never written again: each thread (this one too) launches from its copy
 
-    def _bufs(self):
-        """This thread's (values, pointer table, table address), copied from the template on first use."""
+    def _bufs(self) -> _Bufs:
+        """This thread's parameter buffer, copied from the template on first use."""
         b = getattr(self._tls, "bufs", None)
         if b is None:
-            vals = self._vals.copy()
-            ptrs = np.arange(vals.size, dtype=np.uint64) * np.uint64(8) + np.uint64(vals.ctypes.data)
-            b = self._tls.bufs = (vals, ptrs, int(ptrs.ctypes.data))
+            tpl = self._template
+            b = self._tls.bufs = _Bufs(tpl.vals.copy(), list(tpl.keys))
         return b
+
+    def _write_array(self, b: _Bufs, i: int, a: DevArray) -> None:
+        first, n, kind, t = self._layout[i]
+        if kind != "array":
+            raise TypeError(f"{self.kernel.name}: argument {i} is a scalar, not an array")
+        shape, strides, its = a.shape, a.strides, a.dtype.itemsize
+        if len(shape) != t.ndim:
+            raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {a.shape}")
+        if its != t.dtype.bitwidth // 8:
+            raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {a.dtype}")
+        b.vals[first:first + n] = (0, 0, math.prod(shape), its, a.ptr, *shape, *strides)
+        b.keys[i] = (shape, strides, its)
+
+    def _write_scalar(self, b: _Bufs, i: int, v) -> None:
+        first, _, kind, t = self._layout[i]
+        if kind != "scalar":
+            raise TypeError(f"{self.kernel.name}: argument {i} is an array, not a scalar")
+        if t.name == "float32":
+            v = int(np.float32(v).view(np.int32))
+        elif t.name == "float64":
+            v = int(np.float64(v).view(np.int64))
+        b.vals[first] = int(v)
 
     def set_array(self, i: int, a: DevArray) -> None:
         """Point array argument ``i`` at ``a`` (shape and strides must fit the kernel's signature)."""
         if self._vals is None:
             self._args[i] = a
             return
-        first, n, kind, t = self._layout[i]
-        vals = self._bufs()[0] if hasattr(self._tls, "bufs") else self._vals
-        if a.ndim != t.ndim:
-            raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {a.shape}")
-        if np.dtype(a.dtype).itemsize != t.dtype.bitwidth // 8:
-            raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {a.dtype}")
-        vals[first:first + n] = (0, 0, a.size, a.itemsize, a.ptr, *a.shape, *a.strides)
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        key = b.keys[i]
+        # same shape, strides and itemsize as last time in this thread: checks passed then, only the pointer moves
+        if key is not None and key[0] == a.shape and key[1] == a.strides and key[2] == a.dtype.itemsize:
+            b.vals[self._layout[i][0] + 4] = a.ptr
+        else:
+            self._write_array(b, i, a)
+
+    def set_array_ptr(self, i: int, ptr: int, like: DevArray) -> None:
+        """``set_array(i, a)`` for ``a`` = ``like`` (shape, strides, dtype) at address ``ptr``, without
+        building that view: plans keep ``like`` for arrays whose layout is fixed per plan. GPU only."""
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        key = b.keys[i]
+        if key is not None and key[0] == like.shape and key[1] == like.strides and key[2] == like.dtype.itemsize:
+            b.vals[self._layout[i][0] + 4] = ptr
+        else:
+            self._write_array(b, i, DevArray(ptr, like.shape, like.strides, like.dtype, None))
 
     def set_scalar(self, i: int, v) -> None:
         if self._vals is None:
             self._args[i] = v
             return
-        first, _, _, t = self._layout[i]
-        if t.name == "float32":
-            v = int(np.float32(v).view(np.int32))
-        elif t.name == "float64":
-            v = int(np.float64(v).view(np.int64))
-        vals = self._bufs()[0] if hasattr(self._tls, "bufs") else self._vals
-        vals[first] = int(v)
+        self._write_scalar(getattr(self._tls, "bufs", None) or self._bufs(), i, v)
 
     def launch(self, stream: int = 0) -> None:
         """Launch on the stream with handle ``stream`` (an int; 0 is the legacy default stream)."""
         if self._vals is None:
             self._launch_simulated()
             return
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        err = self._launch_once(stream, b)
+        if err:
+            if err == _CUDA_ERROR_INVALID_CONTEXT:  # nothing was launched: make a context current, retry
+                _make_context_current()
+                err = self._launch_once(stream, b)
+            if err:
+                check((err,), f"cuLaunchKernel({self.kernel.name})")
+
+    def _launch_once(self, stream: int, b: _Bufs) -> int:
+        lib = _libcuda() if USE_CTYPES else False
+        if lib:
+            if stream != b.stream:
+                b.stream, b.stream_c = stream, (ctypes.c_void_p(stream) if stream else None)
+            return lib[0](*self._cargs, b.stream_c, b.addr_c, None)
         drv = _drv()
-        g, b = self.grid, self.block
-        err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], self.shared_mem,
-                                  stream, self._bufs()[2], 0)
-        if int(err) != 0:
-            check((err,), f"cuLaunchKernel({self.kernel.name})")
+        g, bl = self.grid, self.block
+        err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], bl[0], bl[1], bl[2], self.shared_mem,
+                                  stream, b.addr, 0)
+        return int(err)
 
     __call__ = launch
 

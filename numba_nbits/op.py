@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from . import schema
-from .arrays import DevArray, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
+from .arrays import DevArray, _mk, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
 from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
@@ -228,44 +228,60 @@ class MatMulNBits:
     # ------------------------------------------------------------------------------ calling
     def __call__(self, A, out=None, stream=None):
         sim = self._simulated
-        a_in = adapt_input(A, "A", sim)
-        shape = a_in.dev.shape
-        M = schema.check_activation(shape, dtype_name(a_in.dev.dtype), self.attrs, self.dtype)
-        out_shape = tuple(shape[:-1]) + (self.N,)
+        attrs = self.attrs
+        act = self.dtype
+        # the producer's current stream is only needed when no stream= is given
+        a_in = adapt_input(A, "A", sim, stream is None)
+        a_dev = a_in.dev
+        shape = a_dev.shape
+        name = dtype_name(a_dev.dtype)
+        if len(shape) == 2 and shape[1] == attrs.K and name == act:
+            M = shape[0]  # what check_activation returns for a valid 2-D A
+        else:
+            M = schema.check_activation(shape, name, attrs, act)
+        N = attrs.N
+        out_shape = (M, N) if len(shape) == 2 else tuple(shape[:-1]) + (N,)
         s = 0 if sim else (stream_handle(stream) if stream is not None else a_in.default_stream)
         if a_in.device_id not in (-1, self.device_id) and not sim:
             raise schema.MatMulNBitsError(f"input A is on device {a_in.device_id} but this MatMulNBits' weights are "
                                           f"on device {self.device_id}; build one operator per device")
         kind = a_in.kind
-        a_dev = a_in.dev
         # torch's caching allocator is graph-aware, so torch outputs may be allocated during capture
         if not sim and ((out is None and kind != "torch") or kind == "numpy") and is_capturing(s):
             raise CaptureError("MatMulNBits called during CUDA graph capture without a device A and an out= buffer: "
                                "allocating the output or copying host data cannot be captured; pass device arrays "
                                "and out=, and run a warmup inference outside capture first.")
         if kind == "numpy" and not sim:
-            a_dev = to_device(a_in.dev.owner, False)
+            a_dev = to_device(a_dev.owner, False)
         if out is None:
             o = alloc_output("numba" if kind == "numpy" else kind, out_shape, self.weights.np_dtype, a_in.source, sim)
             out_obj = None
         else:
-            o_in = adapt_input(out, "out", sim)
-            schema.check_output(o_in.dev.shape, dtype_name(o_in.dev.dtype), out_shape, self.dtype)
+            o_in = adapt_input(out, "out", sim, False)
+            o = o_in.dev
+            o_name = dtype_name(o.dtype)
+            if o.shape != out_shape or o_name != act:
+                schema.check_output(o.shape, o_name, out_shape, act)
             if o_in.kind == "numpy" and not sim:
                 raise schema.MatMulNBitsError("out: a NumPy out= is only accepted with NumPy A under the simulator; "
                                               "pass a device array, or no out")
-            if not sim and o_in.dev.ptr < a_dev.ptr + a_dev.nbytes and a_dev.ptr < o_in.dev.ptr + o_in.dev.nbytes:
+            if not sim and o.ptr < a_dev.ptr + a_dev.nbytes and a_dev.ptr < o.ptr + o.nbytes:
                 raise schema.MatMulNBitsError("out must not overlap A")
-            if sim and np.shares_memory(o_in.dev.owner, a_dev.owner):
+            if sim and np.shares_memory(o.owner, a_dev.owner):
                 raise schema.MatMulNBitsError("out must not overlap A")
-            o = o_in.dev
             out_obj = out
         if M > 0:
-            entry = self._entry(M, s)
-            a2 = DevArray(a_dev.ptr, (M, self.K), (self.K * a_dev.itemsize, a_dev.itemsize), a_dev.dtype,
-                          a_dev.owner.reshape(M, self.K) if sim else a_dev.owner)
-            o2 = DevArray(o.ptr, (M, self.N), (self.N * o.itemsize, o.itemsize), o.dtype,
-                          o.owner.reshape(M, self.N) if sim else o.owner)
+            entry = self._entries.get(M) or self._entry(M, s)
+            K = attrs.K
+            if sim:
+                a2 = DevArray(a_dev.ptr, (M, K), (K * a_dev.itemsize, a_dev.itemsize), a_dev.dtype,
+                              a_dev.owner.reshape(M, K))
+                o2 = DevArray(o.ptr, (M, N), (N * o.itemsize, o.itemsize), o.dtype, o.owner.reshape(M, N))
+            else:  # both are checked C-contiguous with M*K and M*N elements: the 2-D views need no checks
+                its = a_dev.dtype.itemsize
+                a2 = _mk(a_dev.ptr, (M, K), (K * its, its), a_dev.dtype, a_dev.owner, True)
+                its = o.dtype.itemsize
+                o2 = _mk(o.ptr, (M, N), (N * its, its), o.dtype, o.owner, True)
             entry.run(a2, o2, s)
         if out_obj is not None:
             return out_obj

@@ -29,6 +29,8 @@ _ONE = np.ones(1, np.float32)
 _ZERO = np.zeros(1, np.float32)
 _ONE_H = np.ones(1, np.float16)
 _ZERO_H = np.zeros(1, np.float16)
+# host addresses of the scalars above, taken once (``ndarray.ctypes`` costs ~1 us per access)
+_PTR = {id(x): x.ctypes.data for x in (_ONE, _ZERO, _ONE_H, _ZERO_H)}
 
 _handles: dict[int, "_Handle"] = {}
 _lock = threading.Lock()
@@ -85,8 +87,8 @@ def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, 
             cb.set_math_mode(h.handle, mode)
             h.math_mode = mode
         cb.set_stream(h.handle, stream)
-        cb.gemm_ex(h.handle, _OP_T, _OP_N, N, M, K, alpha.ctypes.data, w_ptr, r, ldw, a_ptr, r, K,
-                   beta.ctypes.data, y_ptr, r, ldy, int(compute), _ALGO_DEFAULT)
+        cb.gemm_ex(h.handle, _OP_T, _OP_N, N, M, K, _PTR[id(alpha)], w_ptr, r, ldw, a_ptr, r, K,
+                   _PTR[id(beta)], y_ptr, r, ldy, int(compute), _ALGO_DEFAULT)
 
 
 def gemm_host(a: np.ndarray, w: np.ndarray, K: int, out: np.ndarray) -> None:

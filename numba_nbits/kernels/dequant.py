@@ -234,12 +234,23 @@ class DequantGemmPlan:
             sc = self._tls.scratch = self._alloc()
         return sc
 
+    def _parts(self, stream: int):
+        """This thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
+        p = getattr(self._tls, "parts", None)
+        if p is None:
+            scratch = self._scratch(stream)
+            views = []
+            for _, n, _ in self.chunks:
+                part = scratch.offset(0, (n * self.w.K_padded,))
+                views.append(part.view(np.uint32) if self._vec else part)
+            p = self._tls.parts = (scratch, views)
+        return p
+
     def run(self, a, out, stream: int) -> None:
         w = self.w
-        scratch = self._scratch(stream)
-        for n0, n, launch in self.chunks:
-            part = scratch.offset(0, (n * w.K_padded,))
-            launch.set_array(5, part.view(np.uint32) if self._vec else part)
+        scratch, views = self._parts(stream)
+        for (n0, n, launch), part in zip(self.chunks, views):
+            launch.set_array(5, part)
             launch.launch(stream)
             if self.handle is None:
                 from ..dispatch.cublas import gemm_host

@@ -393,13 +393,27 @@ class GemvMmaPlan:
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (dummy_a, pk.bq, sc, zp, dummy_y, M, self.K, self.N, pk.n_super))
 
+        # the per-call views' layouts (GPU): run() only moves their pointers when A and Y have the
+        # byte counts these views take (what DevArray.view would check), else it builds the views
+        self._views = None
+        if not weights.simulated:
+            self._views = (DevArray(0, (M * self.K // 2,), (4,), np.uint32, None),
+                           DevArray(0, (M * self.N,), (2,), self._elem, None))
+
     def run(self, a: DevArray, out: DevArray, stream: int = 0) -> None:
         M, K, N = self.M, self.K, self.N
         if a.ptr % 16:
             raise ValueError("gemv_mma: A must be 16-byte aligned")
-        self._launch.set_array(0, a.view(np.uint32, (M * K // 2,)))
-        self._launch.set_array(4, out.view(self._elem, (M * N,)))
-        self._launch.launch(stream)
+        L = self._launch
+        v = self._views
+        if (v is not None and a.c_contiguous and out.c_contiguous and a.nbytes == 2 * M * K
+                and out.nbytes == 2 * M * N):
+            L.set_array_ptr(0, a.ptr, v[0])
+            L.set_array_ptr(4, out.ptr, v[1])
+        else:
+            L.set_array(0, a.view(np.uint32, (M * K // 2,)))
+            L.set_array(4, out.view(self._elem, (M * N,)))
+        L.launch(stream)
 
 
 def build(weights, problem, config=None, tactic: Tactic | None = None) -> GemvMmaPlan:

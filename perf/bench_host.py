@@ -1,0 +1,218 @@
+"""Steady-state host time per call of ``MatMulNBits`` (the Python per-call path), by input kind.
+
+    PYTHONPATH=. python perf/bench_host.py [--tiny] [--calls 2000] [--batches 5]
+
+For a GEMV route (4096x4096, 4-bit, block 128, fp16, M=1; dispatch's choice, ``gemv_*``) and the
+dequant + cuBLAS route (same weights, M=64, forced with ``numba_nbits.force_route=dequant_cublas``)
+it times, for each input kind that imports here (numba device arrays; torch and CuPy when installed
+with CUDA):
+
+* ``op(A, out=O)``   the lowest-latency eager call;
+* ``op(A)``          the call that allocates its output (numba: ``cuda.device_array``; torch: its
+                     caching allocator; CuPy: its memory pool);
+* ``op(A, out=O, stream=s)`` with an explicit stream (numba only);
+
+and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches),
+the same with cuda-bindings' ``cuLaunchKernel`` instead of the ctypes one (``launch.USE_CTYPES``),
+and ``adapt_input`` per kind.
+
+Method: each row is the median over ``--batches`` batches of ``--calls`` back-to-back calls (after
+200 warmup calls) of wall time / calls, in microseconds; the GPU is synchronised between batches,
+outside the timed loop. The GPU must not be the bottleneck for this to be host time: each route's
+GPU time per call is measured by capturing 100 calls into a CUDA graph (``numba_nbits.capture``)
+and timing replays; a row whose host time is not above 1.2x that GPU time is flagged
+``GPU-BOUND`` (its number then says little about the host path).
+
+``--tiny`` runs a small problem (K=64, N=16, block 32; M=1 and M=4) with 2 batches of 2 calls, and
+works on numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): a smoke test of the script, not a
+measurement. Prints a table; writes ``$OUT/bench_host.csv`` when ``$OUT`` is set.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    from numba_nbits.probe import gpu_present
+
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
+
+import numpy as np  # noqa: E402
+
+FIELDS = ["route", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "note"]
+
+
+WARMUP = 200
+
+
+def _median_us(fn, calls: int, batches: int, sync) -> tuple[float, list[float]]:
+    for _ in range(min(WARMUP, calls)):
+        fn()
+    sync()
+    per = []
+    for _ in range(batches):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per.append((time.perf_counter() - t) / calls * 1e6)
+        sync()
+    return statistics.median(per), per
+
+
+def _gpu_us_per_call(op, A, O, sim: bool, n: int = 100, reps: int = 20) -> float | None:
+    """GPU time of one ``op(A, out=O)``: n calls captured in a CUDA graph, replayed ``reps`` times."""
+    if sim:
+        return None
+    import numba_nbits as nb
+
+    g = nb.capture(lambda s: [op(A, out=O, stream=s) for _ in range(n)])
+    try:
+        g.replay(sync=True)
+        t = time.perf_counter()
+        for _ in range(reps):
+            g.replay()
+        g.synchronize()
+        return (time.perf_counter() - t) / (reps * n) * 1e6
+    finally:
+        g.close()
+
+
+def _kinds(sim: bool):
+    """(kind, to_device(host array), empty(shape, np dtype)) for each importable input kind."""
+    from numba import cuda
+
+    kinds = [("numba", lambda a: cuda.to_device(a), lambda shape, dt: cuda.device_array(shape, dt))]
+    if sim:
+        return kinds
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            tdt = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+            kinds.append(("torch", lambda a: torch.from_numpy(a).cuda(),
+                          lambda shape, dt: torch.empty(shape, dtype=tdt[np.dtype(dt)], device="cuda")))
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        kinds.append(("cupy", lambda a: cupy.asarray(a), lambda shape, dt: cupy.empty(shape, dt)))
+    except ImportError:
+        pass
+    return kinds
+
+
+def run(tiny: bool, calls: int, batches: int) -> list[dict]:
+    from numba import cuda
+
+    import numba_nbits as nb
+    from numba_nbits import launch
+    from numba_nbits.arrays import _mk, adapt_input
+    from numba_nbits.formats import quantize
+
+    sim = launch.simulated()
+    if tiny:
+        N, K, BS = 16, 64, 32
+        calls, batches = min(calls, 2), min(batches, 2)
+        cases = ((1, None), (4, "dequant_cublas"))
+    else:
+        N, K, BS = 4096, 4096, 128
+        cases = ((1, None), (64, "dequant_cublas"))
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((N, K)).astype(np.float32)
+    B, sc, _ = quantize(W, bits=4, block_size=BS, symmetric=True)
+    sc = sc.astype(np.float16)
+    sync = cuda.synchronize
+    rows = []
+
+    def add(route, M, kind, what, host, per, gpu, note=""):
+        if gpu is not None and not sim and host <= 1.2 * gpu:
+            note = (note + " GPU-BOUND").strip()
+        rows.append(dict(route=route, M=M, kind=kind, what=what, host_us=round(host, 2),
+                         batch_us=" ".join(f"{x:.2f}" for x in per), gpu_us="" if gpu is None else round(gpu, 2),
+                         note=note))
+        print(f"{route:16s} M={M:<3d} {kind:6s} {what:28s} {host:8.2f} us/call"
+              + ("" if gpu is None else f"   (GPU {gpu:.2f} us/call)") + (f"  {note}" if note else ""), flush=True)
+
+    for M, force in cases:
+        config = {"numba_nbits.force_route": force} if force else None
+        op = nb.MatMulNBits(B, sc, None, K=K, N=N, bits=4, block_size=BS, config=config)
+        route = op.route(M)
+        A_host = rng.standard_normal((M, K)).astype(np.float16)
+        gpu = None
+        for kind, dev, empty in _kinds(sim):
+            A, O = dev(A_host), empty((M, N), np.float16)
+            op(A, out=O)  # builds the plan for M (compiles once)
+            if gpu is None:
+                gpu = _gpu_us_per_call(op, A, O, sim)
+            h, per = _median_us(lambda: op(A, out=O), calls, batches, sync)
+            add(route, M, kind, "op(A, out=O)", h, per, gpu)
+            h, per = _median_us(lambda: op(A), calls, batches, sync)
+            add(route, M, kind, "op(A)", h, per, gpu)
+            if kind == "numba":
+                s = cuda.stream()
+                h, per = _median_us(lambda: op(A, out=O, stream=s), calls, batches, sync)
+                add(route, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
+            h, per = _median_us(lambda: adapt_input(A, "A", sim), calls, batches, sync)
+            add(route, M, kind, "adapt_input(A)", h, per, None)
+            if kind == "numba":  # plan level, once per route
+                entry = op._entries[M]
+                a, o = adapt_input(A, "A", sim).dev, adapt_input(O, "out", sim).dev
+                if sim:
+                    a2, o2 = a, o
+                else:
+                    a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
+                    o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
+                h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+                add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
+                if not sim:
+                    launch.USE_CTYPES = False
+                    try:
+                        h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+                    finally:
+                        launch.USE_CTYPES = True
+                    add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="small problem, few calls (simulator smoke test)")
+    ap.add_argument("--calls", type=int, default=2000, help="calls per batch (default 2000)")
+    ap.add_argument("--batches", type=int, default=5, help="batches; the median is reported (default 5)")
+    args = ap.parse_args(argv)
+    from numba_nbits import launch
+
+    if args.tiny:
+        global WARMUP
+        WARMUP = 1
+        args.calls, args.batches = min(args.calls, 2), min(args.batches, 2)
+    print(f"bench_host: {'CUDA simulator' if launch.simulated() else 'GPU'}; median of {args.batches} batches of "
+          f"{args.calls} calls" + (" (--tiny: a smoke test, not a measurement)" if args.tiny else ""), flush=True)
+    rows = run(args.tiny, args.calls, args.batches)
+    bound = [f"{r['route']} M={r['M']} {r['kind']} {r['what']}" for r in rows if "GPU-BOUND" in r["note"]]
+    if bound:
+        print("GPU-BOUND rows (host time not above 1.2x the GPU time; not a host measurement): " + "; ".join(bound))
+    elif not launch.simulated():
+        print("every row is host-bound: GPU time per call < host time per call / 1.2")
+    out = os.environ.get("OUT")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "bench_host.csv")
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

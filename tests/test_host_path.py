@@ -1,0 +1,450 @@
+"""The per-call host path: fast input adapters, cheap DevArray views, the launcher's per-thread buffers.
+
+The fast paths (``arrays._adapt_numba`` / ``_adapt_torch`` / ``_adapt_cupy``, the ctypes
+``cuLaunchKernel``) only run on a GPU in normal use. Here they are also driven with stand-in objects
+on any machine and compared field by field with the generic (reference) paths; on a GPU the real
+numba / torch / CuPy objects are compared too, and a launch through ctypes is checked against one
+through cuda-bindings.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import SIMULATED, requires_gpu, to_dev
+
+import numba_nbits as nb
+from numba_nbits import arrays, launch
+from numba_nbits.arrays import DevArray, _mk, adapt_input
+
+
+def fields(a):
+    d = a.dev
+    return (d.ptr, tuple(d.shape), tuple(d.strides), d.dtype, a.kind, a.default_stream, a.device_id)
+
+
+# ------------------------------------------------------------------------------ DevArray
+
+def test_view_flat_offset_match_the_reference_semantics():
+    owner = np.zeros((4, 6), np.float16)
+    d = DevArray(0x1000, (4, 6), (12, 2), np.float16, owner)
+    assert d.c_contiguous and d.nbytes == 48 and d.size == 24 and d.ndim == 2
+    v = d.view(np.uint32, (12,))
+    assert (v.ptr, v.shape, v.strides, v.dtype) == (0x1000, (12,), (4,), np.dtype(np.uint32))
+    v2 = d.view(np.uint8)
+    assert (v2.shape, v2.strides) == ((48,), (1,))
+    v3 = d.view(shape=(2, 12))
+    assert (v3.shape, v3.strides) == ((2, 12), (24, 2))
+    f = d.flat()
+    assert (f.shape, f.strides, f.dtype) == ((24,), (2,), np.dtype(np.float16))
+    o = d.offset(8, (2, 2))
+    assert (o.ptr, o.shape, o.strides) == (0x1008, (2, 2), (4, 2))
+    with pytest.raises(ValueError, match="cannot view 48 bytes"):
+        d.view(np.uint32, (13,))
+    nc = DevArray(0x1000, (4, 6), (24, 2), np.float16, None)
+    assert not nc.c_contiguous
+    with pytest.raises(ValueError, match="only C-contiguous"):
+        nc.view(np.uint32, (12,))
+    assert DevArray(0, (0, 5), (7, 3), np.float16, None).c_contiguous  # empty: contiguous whatever the strides
+    assert DevArray(0, (1, 5), (999, 2), np.float16, None).c_contiguous  # size-1 dims: any stride
+    m = _mk(5, (2, 3), (6, 2), np.dtype(np.float16), None)
+    assert m.c_contiguous and m.nbytes == 12
+
+
+def test_dtype_name_cache():
+    import ml_dtypes
+
+    assert arrays.dtype_name(np.float16) == "float16"
+    assert arrays.dtype_name(np.dtype(np.float32)) == "float32"
+    assert arrays.dtype_name(np.dtype(ml_dtypes.bfloat16)) == "bfloat16"
+    assert arrays.dtype_name(np.dtype(ml_dtypes.bfloat16)) == "bfloat16"  # now cached
+    assert arrays.dtype_name(np.int32) == "int32"
+    assert arrays.dtype_name("float64") == "float64"
+
+
+# ---------------------------------------------------------------- fast adapters, stand-ins
+
+class _Dummy:
+    def __init__(self, c):
+        self.is_c_contig = c
+
+
+class _Ctx:
+    class device:
+        id = 3
+
+
+class _GpuData:
+    def __init__(self, ptr):
+        import ctypes
+
+        self.device_pointer = ptr
+        self.device_ctypes_pointer = ctypes.c_size_t(ptr)
+        self.context = _Ctx()
+
+
+class FakeNumba:
+    """What ``_adapt_numba`` reads of a numba DeviceNDArray, plus the CAI the generic path reads."""
+
+    def __init__(self, shape, strides, dtype, ptr=0x7000, c=True):
+        self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
+        self.gpu_data = _GpuData(ptr)
+        self._dummy = _Dummy(c)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "strides": self.strides, "data": (self.gpu_data.device_pointer, False),
+                "typestr": self.dtype.str, "version": 3}
+
+
+def test_numba_fast_adapter_matches_generic():
+    for shape, strides, c in (((3, 8), (16, 2), True), ((1, 8), (999, 2), True), ((0, 8), (16, 2), True)):
+        x = FakeNumba(shape, strides, np.float16, c=c)
+        fast = arrays._adapt_numba(x, "A", True)
+        gen = arrays._adapt_generic(x, "A", True)
+        assert fields(fast)[:4] == fields(gen)[:4]
+        assert fast.kind == "numba" and fast.default_stream == 0 and fast.device_id == 3  # the memory's device
+    # numba says "not contiguous" but our rule (size-1 dims free) accepts: the fast path must accept too
+    x = FakeNumba((1, 8), (999, 2), np.float16, c=False)
+    assert arrays._adapt_numba(x, "A", True).dev.c_contiguous
+    x = FakeNumba((3, 8), (32, 2), np.float16, c=False)
+    with pytest.raises(ValueError, match="A: device arrays must be C-contiguous"):
+        arrays._adapt_numba(x, "A", True)
+    with pytest.raises(ValueError, match="A: device arrays must be C-contiguous"):
+        arrays._adapt_generic(x, "A", True)
+
+
+class _TDev:
+    def __init__(self, kind, index):
+        self.type, self.index = kind, index
+
+    def __str__(self):
+        return f"{self.type}:{self.index}" if self.index is not None else self.type
+
+
+class FakeTorch:
+    """What the torch adapters read of a tensor."""
+
+    def __init__(self, shape, stride, dtype="float16", cuda=True, index=1, contiguous=True):
+        import torch
+
+        self.shape, self._stride = torch.Size(shape), tuple(stride)
+        self.dtype = getattr(torch, dtype)
+        self.is_cuda = cuda
+        self.device = _TDev("cuda" if cuda else "cpu", index if cuda else None)
+        self._index = index if cuda else -1
+        self._contig = contiguous
+
+    def data_ptr(self):
+        return 0x9000
+
+    def stride(self):
+        return self._stride
+
+    def get_device(self):
+        return self._index
+
+    def is_contiguous(self):
+        return self._contig
+
+
+def test_torch_fast_adapter_matches_reference(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(arrays, "_torch_raw_stream", lambda i: 0x5000 + i)
+    for shape, stride, c in (((2, 8), (8, 1), True), ((1, 8), (77, 1), True), ((2, 3, 8), (24, 8, 1), True)):
+        x = FakeTorch(shape, stride, contiguous=c)
+        assert fields(arrays._adapt_torch(x, "A", True)) == fields(arrays._adapt_torch_any(x, "A", True))
+        assert arrays._adapt_torch(x, "A", True).default_stream == 0x5001
+        assert arrays._adapt_torch(x, "out", False).default_stream == 0
+    x = FakeTorch((2, 8), (16, 1), contiguous=False)
+    for f in (arrays._adapt_torch, arrays._adapt_torch_any):
+        with pytest.raises(ValueError, match=r"A: device arrays must be C-contiguous \(shape \(2, 8\), byte strides"):
+            f(x, "A", True)
+        with pytest.raises(TypeError, match="A: torch tensor must be on a CUDA device"):
+            f(FakeTorch((2, 8), (8, 1), cuda=False), "A", True)
+        with pytest.raises(TypeError, match="unsupported torch dtype"):
+            f(FakeTorch((2, 8), (8, 1), dtype="float64"), "A", True)
+
+
+def test_real_cpu_torch_tensor_is_rejected_outside_the_simulator_branch():
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(2, 8, dtype=torch.float16)
+    with pytest.raises(TypeError, match="A: torch tensor must be on a CUDA device"):
+        adapt_input(t, "A", False)
+    assert arrays._FAST[torch.Tensor] is arrays._adapt_torch
+
+
+class _CMem:
+    def __init__(self, ptr, dev):
+        self.ptr, self.device_id = ptr, dev
+
+
+class FakeCupy:
+    def __init__(self, shape, strides, c=True):
+        self.shape, self.strides, self.dtype = shape, strides, np.dtype(np.float16)
+        self.data = _CMem(0xA000, 2)
+        self.flags = type("F", (), {"c_contiguous": c})()
+        self.device = type("D", (), {"id": 2})()
+
+
+def test_cupy_fast_adapter(monkeypatch):
+    x = FakeCupy((2, 8), (16, 2))
+    a = arrays._adapt_cupy(x, "out", False)
+    assert fields(a) == (0xA000, (2, 8), (16, 2), np.dtype(np.float16), "cupy", 0, 2)
+    with pytest.raises(ValueError, match="out: device arrays must be C-contiguous"):
+        arrays._adapt_cupy(FakeCupy((2, 8), (32, 2), c=False), "out", False)
+
+
+def test_unknown_types_take_the_generic_path():
+    class Weird:
+        pass
+
+    with pytest.raises(TypeError, match="expected a NumPy array or a CUDA array"):
+        adapt_input(Weird(), "A", False)
+    assert arrays._FAST[Weird] is arrays._adapt_generic
+
+
+# ------------------------------------------------------------------ launcher, stand-in driver
+
+class _FakeKernel:
+    def __init__(self, argtypes):
+        self.name = "fake"
+        self.argtypes = tuple(argtypes)
+        self._layout = launch._layout_of(self.argtypes)
+        self._func = 0xF00
+
+    def dispatcher(self):
+        return None
+
+
+def _fake_launch(monkeypatch):
+    """A ``Launch`` built as on a GPU, whose cuLaunchKernel records (args, the int64 parameter slots)."""
+    import ctypes
+
+    from numba.cuda import types
+
+    calls = []
+
+    def cu_launch(*args):
+        # the launch passes ready ctypes objects (None for NULL); read them back as ints
+        args = tuple(a.value if isinstance(a, (ctypes.c_void_p, ctypes.c_uint)) else a for a in args)
+        table = args[9]
+        n = 12
+        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(table))
+        vals = [ctypes.c_int64.from_address(int(p)).value for p in ptrs]
+        calls.append((args, vals))
+        return 0
+
+    monkeypatch.setattr(launch, "_SIMULATED", False)
+    monkeypatch.setattr(launch, "_LIBCUDA", (cu_launch, None, ctypes))
+    monkeypatch.setattr(launch, "USE_CTYPES", True)
+    k = _FakeKernel((types.float16[::1], types.uint32[:, ::1], types.int64))
+    a0 = DevArray(0x100, (8,), (2,), np.float16, None)
+    b0 = DevArray(0x200, (2, 4), (16, 4), np.uint32, None)
+    L = launch.Launch(k, (3, 2), 64, (a0, b0, 7), shared_mem=0)
+    return L, calls
+
+
+def test_launch_rewrites_only_the_pointer_and_launches_through_ctypes(monkeypatch):
+    L, calls = _fake_launch(monkeypatch)
+    L.launch(0)
+    args, vals = calls[-1]
+    assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] is None and args[10] is None
+    assert vals == [0, 0, 8, 2, 0x100, 8, 2, 0, 0, 8, 4, 0x200]  # first 12 slots: array 0, then array 1's head
+    L.set_array(0, DevArray(0x140, (8,), (2,), np.float16, None))
+    L.launch(0x77)
+    args, vals = calls[-1]
+    assert args[8] == 0x77 and vals[4] == 0x140
+    L.set_array(0, DevArray(0x180, (4,), (2,), np.float16, None))  # a new shape: the whole slot range
+    L.launch(0)
+    assert calls[-1][1][2:6] == [4, 2, 0x180, 4]
+    with pytest.raises(ValueError, match="needs a 1-D array"):
+        L.set_array(0, DevArray(0x180, (2, 2), (4, 2), np.float16, None))
+    with pytest.raises(ValueError, match="needs float16 elements"):
+        L.set_array(0, DevArray(0x180, (4,), (4,), np.float32, None))
+    # the template is never written after construction
+    assert int(L._template.vals[4]) == 0x100
+
+
+def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
+    L, calls = _fake_launch(monkeypatch)
+    like = DevArray(0, (4,), (2,), np.float16, None)
+    L.set_array_ptr(0, 0x300, like)  # new layout in this thread: all the argument's slots
+    L.launch(0)
+    first = calls[-1][1][:7]
+    assert first == [0, 0, 4, 2, 0x300, 4, 2]
+    L.set_array_ptr(0, 0x340, like)  # same layout: the pointer only
+    L.launch(0)
+    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x340, 4, 2]
+    L.set_array(0, DevArray(0x380, (4,), (2,), np.float16, None))
+    L.launch(0)
+    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x380, 4, 2]
+    got = []
+    t = threading.Thread(target=lambda: (L.set_array_ptr(0, 0x3C0, like), L.launch(0), got.append(1)))
+    t.start()
+    t.join()
+    assert got and calls[-1][1][:7] == [0, 0, 4, 2, 0x3C0, 4, 2]  # a fresh thread starts from the template
+
+
+def test_launch_threads_have_their_own_buffers(monkeypatch):
+    L, calls = _fake_launch(monkeypatch)
+    L.set_array(0, DevArray(0x111, (8,), (2,), np.float16, None))
+    seen = {}
+    together = threading.Barrier(4)
+
+    def worker(ptr):
+        L.set_array(0, DevArray(ptr, (8,), (2,), np.float16, None))
+        together.wait()  # all four alive at once, each with its buffer
+        seen[ptr] = L._bufs().addr
+        L.launch(0)
+        together.wait()
+
+    ts = [threading.Thread(target=worker, args=(0x1000 * (i + 1),)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(set(seen.values()) | {L._bufs().addr}) == 5
+    assert sorted(c[1][4] for c in calls) == [0x1000, 0x2000, 0x3000, 0x4000]
+    L.launch(0)
+    assert calls[-1][1][4] == 0x111  # this thread's pointer survived the others
+
+
+def test_launch_error_is_reported(monkeypatch):
+    pytest.importorskip("cuda.bindings")
+    L, calls = _fake_launch(monkeypatch)
+    import ctypes
+
+    monkeypatch.setattr(launch, "_LIBCUDA", (lambda *a: 1, None, ctypes))  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(RuntimeError, match=r"cuLaunchKernel\(fake\) failed: .*\(1\)"):
+        L.launch(0)
+
+
+# ------------------------------------------------------------------------- real GPU objects
+
+@requires_gpu
+def test_gpu_fast_adapters_match_generic_on_real_objects():
+    from numba import cuda
+
+    base = cuda.to_device(np.arange(64, dtype=np.float16).reshape(8, 8))
+    for x in (base, base[2:4], base[3:4, :], cuda.device_array((0, 8), np.float16)):
+        assert type(x).__name__ == "DeviceNDArray"
+        assert fields(arrays._adapt_numba(x, "A", True))[:5] == fields(arrays._adapt_generic(x, "A", True))[:5]
+        assert arrays._adapt_numba(x, "A", True).device_id == cuda.get_current_device().id
+    for f in (arrays._adapt_numba, arrays._adapt_generic):
+        with pytest.raises(ValueError, match="A: device arrays must be C-contiguous"):
+            f(base[:, ::2], "A", True)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        t = torch.arange(64, dtype=torch.float16, device="cuda").reshape(8, 8)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            for x in (t, t[2:4], t[3:4], t.unsqueeze(0)):
+                assert fields(arrays._adapt_torch(x, "A", True)) == fields(arrays._adapt_torch_any(x, "A", True))
+                assert arrays._adapt_torch(x, "A", True).default_stream == s.cuda_stream
+        with pytest.raises(ValueError, match="A: device arrays must be C-contiguous"):
+            arrays._adapt_torch(t[:, ::2], "A", True)
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        c = cupy.arange(64, dtype=cupy.float16).reshape(8, 8)
+        for x in (c, c[2:4], c[3:4]):
+            assert fields(arrays._adapt_cupy(x, "A", True)) == fields(arrays._adapt_generic(x, "A", True))
+
+
+@requires_gpu
+def test_gpu_ctypes_and_bindings_launches_agree(rng):
+    from numba import cuda
+
+    from numba_nbits.formats import quantize
+
+    K, N = 256, 128
+    B, sc, _ = quantize(rng.standard_normal((N, K)).astype(np.float32), bits=4, block_size=32, symmetric=True)
+    op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32)
+    A = to_dev(rng.standard_normal((1, K)).astype(np.float16))
+    outs = []
+    try:
+        for use in (True, False):
+            launch.USE_CTYPES = use
+            o = cuda.device_array((1, N), np.float16)
+            op(A, out=o)
+            assert launch.is_capturing(0) is False
+            outs.append(o.copy_to_host())
+    finally:
+        launch.USE_CTYPES = True
+    cuda.synchronize()
+    np.testing.assert_array_equal(outs[0], outs[1])
+    if launch._libcuda() is False:
+        pytest.skip("libcuda.so.1 not loadable through ctypes: the bindings path was used both times")
+
+
+@requires_gpu
+def test_gpu_call_from_a_thread_with_no_cuda_context(rng):
+    """A thread whose first CUDA call is op(...) on arrays made elsewhere: the launch finds no current
+    context, makes numba's current and retries (numba's own per-call lookups used to do that)."""
+    from numba import cuda
+
+    from numba_nbits.formats import quantize
+
+    K, N = 256, 128
+    B, sc, _ = quantize(rng.standard_normal((N, K)).astype(np.float32), bits=4, block_size=32, symmetric=True)
+    op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32)
+    A = to_dev(rng.standard_normal((1, K)).astype(np.float16))
+    ref = op(A).copy_to_host()
+    o = cuda.device_array((1, N), np.float16)
+    errors = []
+
+    def work():
+        try:
+            op(A, out=o)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    cuda.synchronize()
+    np.testing.assert_array_equal(o.copy_to_host(), ref)
+
+
+def test_launch_retries_once_without_a_context(monkeypatch):
+    import ctypes
+
+    L, calls = _fake_launch(monkeypatch)
+    answers = [201, 0]
+    made = []
+    monkeypatch.setattr(launch, "_LIBCUDA", (lambda *a: answers.pop(0), None, ctypes))
+    monkeypatch.setattr(launch, "_make_context_current", lambda: made.append(1))
+    L.launch(0)
+    assert made == [1] and answers == []
+
+
+@pytest.mark.skipif(not SIMULATED, reason="simulator behaviour")
+def test_simulator_launch_is_unchanged():
+    assert launch.simulated() is True and launch.is_capturing(0) is False
+
+
+def test_bench_host_tiny(tmp_path, monkeypatch):
+    """perf/bench_host.py --tiny runs (on the simulator or a GPU) and writes its CSV."""
+    import csv
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "perf" / "bench_host.py"
+    spec = importlib.util.spec_from_file_location("bench_host", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert mod.main(["--tiny"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "bench_host.csv")))
+    whats = {(r["M"], r["what"]) for r in rows if r["kind"] == "numba"}
+    assert {("1", "op(A, out=O)"), ("1", "op(A)"), ("4", "op(A, out=O)")} <= whats
+    assert {r["route"] for r in rows if r["M"] == "4"} == {"dequant_cublas"}
+    assert all(float(r["host_us"]) > 0 for r in rows)
