@@ -1,4 +1,4 @@
-"""Mixed-input tensor-core GEMM (the spec's fpA_intB route): fp16/bf16 A x 4-bit B, M = 16 .. thousands.
+"""Mixed-input tensor-core GEMM (the spec's fpA_intB route): fp16/bf16 A x 4-bit or 8-bit B, M = 1 .. thousands.
 
 Math
 ----
@@ -13,9 +13,21 @@ the exact integer ``q`` and ``zp * sum_k A[m, k]`` is subtracted per block in fp
 block sums come from one extra MMA with an all-ones weight fragment. The bias is added in fp32 in
 the epilogue; Y is rounded once.
 
+8-bit codes (``q`` in 0..255, default zero point 128) follow the same contract, every operand
+still an exact integer: fp16 uses the same magic base (``0x6400 | q`` = 1024 + q: the ulp of
+[1024, 2048) is 1, so all 256 codes fit the 10-bit mantissa) and ``0xE400 | zp`` = -(1024 + zp),
+giving the exact ``q - zp`` in [-255, 255] (11 significant bits). bf16 has no binade holding 256
+consecutive integers (7-bit mantissa), so its codes go through fp32: ``0x4B000000 | q`` is the
+float32 ``2^23 + q``, minus ``2^23 + zp`` is exactly ``q - zp`` (packed / default zp 128) or ``q``
+(typed), and every integer of magnitude <= 256 is exact in bf16, so the ``cvt.rn.bf16x2.f32``
+pack is exact. Products with fp16/bf16 activations fit fp32 exactly (<= 8 + 11 significant bits).
+
 Prepacked weight layout (``pack_weights_for_mixed_gemm``; same byte count as B)
 --------------------------------------------------------------------------------
-Requires ``N % 16 == 0`` and ``K % 32 == 0`` (the route's guards are stricter: N % 64, K % block).
+Requires ``N % 16 == 0``, ``K % 32 == 0`` and ``K % block_size == 0`` (the spec's route guards are
+stricter: N % 64 for 4-bit, N % 32 for 8-bit; ``supports`` accepts every problem they accept).
+
+4-bit:
 K is cut into 64-k chunks (the last one is a 32-k half chunk when K % 64 == 32). For each 16-row
 tile and chunk, lane ``(g, t)`` owns 4 uint32 words (2 in a half chunk), word ``s`` = the codes of
 MMA step ``s`` exactly as in ``gemv_mma`` (nibbles 0,4 = a0; 1,5 = a1; 2,6 = a2; 3,7 = a3) with the
@@ -25,6 +37,17 @@ k permutation of k-groups ``KG = min(block_size, 64)`` (block 32 -> KG 32; block
 * ``arch=90`` (weight_prepacked=2, block 64/128): chunk-major ``[chunk][tile][lane][4]``: all
   tiles' words of one k-chunk are contiguous, so the blocks of one k-stage read one contiguous
   stretch (DRAM-page friendly when many blocks run the same k-stage, as on a 132-SM Hopper).
+8-bit (one byte per code, so a lane owns 8 words = 32 bytes of a 64-k chunk, 16 bytes of a half
+chunk): same chunks, tiles, lanes and k permutation. Step ``s`` of lane ``(g, t)`` is 8 bytes = 2
+words: with ``k0`` the physical k of the step's logical columns ``2t`` (see ``gemv_mma``), word 0 =
+bytes ``[q(g, k0), q(g+8, k0), q(g, k0+1), q(g+8, k0+1)]`` and word 1 the same at ``k0+2, k0+3``, so
+``(word >> 8*(r%2)) & 0x00FF00FF`` is fragment register ``r`` of word ``r//2`` (a0/a1 from word 0,
+a2/a3 from word 1): one AND + OR per register, no byte permute. A chunk is two 16-byte loads per
+lane, load ``v`` holding steps ``2v, 2v+1``, each load a contiguous 512 bytes per warp:
+* ``arch=80``: ``[tile][chunk][v: 2][lane: 32][16 bytes]`` (+ ``[tile][lane][16 bytes]`` for a half
+  chunk, one load), a tile's bytes contiguous;
+* ``arch=90``: ``[chunk][tile][v][lane][16 bytes]``, then the half chunk as ``[tile][lane][16]``.
+
 Scales, zero points (packed -> uint8, typed -> act dtype) are re-laid out once as
 ``[tile][k_block][16 rows]`` (``weights.derived``), not part of the prepacked B.
 
@@ -36,8 +59,8 @@ activation rows, so the block tile is ``BN = 16*TPW*WN`` by ``BM = 8*MTW*WM``. K
 (16-byte global loads into registers one stage ahead: register double buffering; rows padded to
 33 words so the fragment reads are bank-conflict free for block >= 64), while every warp streams
 its weight words straight from global memory into registers one stage ahead (16-byte
-``ld.global.nc``; warps sharing rows hit L1). Weights are converted once per warp and reused for
-``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)`` picks by M.
+``ld.global.nc``, two per tile for 8-bit; warps sharing rows hit L1). Weights are converted once
+per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)`` picks by M.
 """
 from __future__ import annotations
 
@@ -55,6 +78,9 @@ from .gemv_mma import _CONST
 
 ROUTE = "mixed_gemm"
 BLOCK_SIZES = (32, 64, 128)
+BITS = (4, 8)
+F32_MAGIC_BITS = 0x4B000000  # float32 2^23: its ulp is 1, so (bits | q) is exactly 2^23 + q (8-bit bf16 path)
+F32_MAGIC = 8388608
 RS = 33  # shared-memory row stride of the activation tile, in uint32 words (64 halves + 1 pad)
 
 
@@ -98,7 +124,7 @@ def default_tactic(M: int) -> Tactic:
 
 def supports(problem) -> bool:
     p = problem
-    return (p.bits == 4 and p.dtype in ("float16", "bfloat16") and p.M >= 1 and p.block_size in BLOCK_SIZES
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and p.M >= 1 and p.block_size in BLOCK_SIZES
             and not p.has_g_idx and p.N % 16 == 0 and p.K % p.block_size == 0 and p.K > 0 and p.N > 0)
 
 
@@ -109,41 +135,50 @@ def _chunks(K: int):
     return K // 64, (K % 64) == 32
 
 
+def _check_layout_args(N: int, K: int, bits: int, arch: int, block_size: int) -> None:
+    if bits not in BITS:
+        raise NotImplementedError(f"mixed GEMM layout: bits must be one of {BITS}, got {bits}")
+    if arch not in (80, 90):
+        raise ValueError(f"arch must be 80 or 90, got {arch}")
+    if N % 16 or K % 32 or block_size not in BLOCK_SIZES or K % block_size:
+        raise ValueError(f"mixed GEMM layout needs N % 16 == 0, K % 32 == 0, K % block_size == 0, block in "
+                         f"{BLOCK_SIZES}; got N={N} K={K} block_size={block_size}")
+
+
 def pack_weights_for_mixed_gemm(B, N: int, K: int, bits: int, arch: int = 80, block_size: int = 64) -> np.ndarray:
     """ORT-layout B (``uint8 [N, K/block, blob]`` or ``[N, K*bits/8]``) -> the prepacked layout of the
     module docstring as uint8 with the same byte count (``N*K*bits/8``).
 
-    ``block_size`` selects the in-step k permutation (32 -> groups of 32, 64/128 -> 64) and must be
-    the node's block size. ``arch`` 80 -> tile-major (weight_prepacked=1), 90 -> chunk-major (=2).
+    ``bits`` 4 or 8. ``block_size`` selects the in-step k permutation (32 -> groups of 32, 64/128 ->
+    64) and must be the node's block size. ``arch`` 80 -> tile-major (weight_prepacked=1), 90 ->
+    chunk-major (=2).
     """
-    if bits != 4:
-        raise NotImplementedError("pack_weights_for_mixed_gemm: only bits=4 is implemented")
-    if arch not in (80, 90):
-        raise ValueError(f"arch must be 80 or 90, got {arch}")
-    if N % 16 or K % 32 or K % block_size or block_size not in BLOCK_SIZES:
-        raise ValueError(f"mixed GEMM layout needs N % 16 == 0, K % 32 == 0, K % block_size == 0, block in "
-                         f"{BLOCK_SIZES}; got N={N} K={K} block_size={block_size}")
+    _check_layout_args(N, K, bits, arch, block_size)
     from ..formats import _unpack_last_axis
 
-    raw = np.ascontiguousarray(np.asarray(B, np.uint8)).reshape(N, K // 2)
-    codes = _unpack_last_axis(raw, 4)  # (N, K)
+    raw = np.asarray(B, np.uint8)
+    if raw.size != N * K * bits // 8:
+        raise ValueError(f"B must hold N*K*bits/8 = {N * K * bits // 8} bytes, got {raw.size}")
+    raw = np.ascontiguousarray(raw).reshape(N, K * bits // 8)
+    codes = _unpack_last_axis(raw, bits) if bits == 4 else raw  # (N, K)
     kg = min(block_size, 64)
     nfull, half = _chunks(K)
+    pack = _pack_chunks if bits == 4 else _pack_chunks8
     parts = []
     if nfull:
-        parts.append(_pack_chunks(codes[:, :nfull * 64], kg, 4))
+        parts.append(pack(codes[:, :nfull * 64], kg, 4))
     if half:
-        parts.append(_pack_chunks(codes[:, nfull * 64:], 32, 2))
+        parts.append(pack(codes[:, nfull * 64:], 32, 2))
     T = N // 16
     if arch == 80:
         words = np.concatenate([p.reshape(T, -1) for p in parts], axis=1)
     else:
-        words = np.concatenate([p.transpose(1, 0, 2, 3).reshape(-1) for p in parts])
+        words = np.concatenate([p.swapaxes(0, 1).reshape(-1) for p in parts])
     return np.ascontiguousarray(words).reshape(-1).view(np.uint8)
 
 
 def _pack_chunks(codes, kg: int, steps: int):
-    """codes (N, nch*16*steps) -> uint32 (T, nch, 32 lanes, steps)."""
+    """4-bit codes (N, nch*16*steps) -> uint32 (T, nch, 32 lanes, steps)."""
     N, Kc = codes.shape
     sg = kg // 16
     width = 16 * steps
@@ -157,16 +192,52 @@ def _pack_chunks(codes, kg: int, steps: int):
     return words
 
 
+# 8-bit: the axes of one chunk's codes (T h g c γ t σ j, see _pack_chunks) -> (T c v g t γ' σ j h) where
+# the steps (γ σ) are split into v (16-byte load: steps 2v, 2v+1) and the step within the load.
+def _pack_chunks8(codes, kg: int, steps: int):
+    """8-bit codes (N, nch*16*steps) -> uint8 (T, nch, steps/2 loads, 32 lanes, 16 bytes)."""
+    N, Kc = codes.shape
+    sg = kg // 16
+    nch = Kc // (16 * steps)
+    T = N // 16
+    x = codes.reshape(T, 2, 8, nch, steps // sg, 4, sg, 4)  # T h g c γ t σ j
+    x = x.transpose(0, 3, 2, 5, 4, 6, 7, 1)  # T c g t γ σ j h: bytes of a step = (j, h)
+    x = x.reshape(T, nch, 32, steps // 2, 16).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(x)
+
+
+def _unpack_chunks8(x, kg: int, steps: int):
+    """Inverse of ``_pack_chunks8``: uint8 (T, nch, steps/2, 32, 16) -> codes (T*16, nch*16*steps)."""
+    T, nch = x.shape[:2]
+    sg = kg // 16
+    x = x.transpose(0, 1, 3, 2, 4).reshape(T, nch, 8, 4, steps // sg, sg, 4, 2)  # T c g t γ σ j h
+    x = x.transpose(0, 7, 2, 1, 4, 3, 5, 6)  # T h g c γ t σ j
+    return x.reshape(T * 16, nch * 16 * steps)
+
+
 def unpack_weights_from_mixed_gemm(P, N: int, K: int, bits: int, arch: int = 80, block_size: int = 64) -> np.ndarray:
-    """Inverse of ``pack_weights_for_mixed_gemm``: prepacked bytes -> ORT's ``uint8 [N, K/2]`` rows."""
-    if bits != 4:
-        raise NotImplementedError("only bits=4 is implemented")
+    """Inverse of ``pack_weights_for_mixed_gemm``: prepacked bytes -> ORT's ``uint8 [N, K*bits/8]`` rows."""
+    _check_layout_args(N, K, bits, arch, block_size)
     from ..formats import _pack_last_axis
 
-    words = np.ascontiguousarray(np.asarray(P, np.uint8).reshape(-1)).view(np.uint32)
+    flat = np.ascontiguousarray(np.asarray(P, np.uint8).reshape(-1))
+    if flat.size != N * K * bits // 8:
+        raise ValueError(f"prepacked B must hold N*K*bits/8 = {N * K * bits // 8} bytes, got {flat.size}")
     T = N // 16
     nfull, half = _chunks(K)
     kg = min(block_size, 64)
+    if bits == 8:
+        cw = 16 * 64  # bytes per tile per full chunk
+        if arch == 80:
+            b = flat.reshape(T, -1)
+            full = b[:, :nfull * cw].reshape(T, nfull, 2, 32, 16)
+            hb = b[:, nfull * cw:].reshape(T, int(half), 1, 32, 16)
+        else:
+            full = flat[:T * nfull * cw].reshape(nfull, T, 2, 32, 16).swapaxes(0, 1)
+            hb = flat[T * nfull * cw:].reshape(int(half), T, 1, 32, 16).swapaxes(0, 1)
+        cols = [_unpack_chunks8(arr, g_, st) for arr, g_, st in ((full, kg, 4), (hb, 32, 2)) if arr.shape[1]]
+        return np.ascontiguousarray(np.concatenate(cols, axis=1))
+    words = flat.view(np.uint32)
     if arch == 80:
         w = words.reshape(T, -1)
         full = w[:, :nfull * 128].reshape(T, nfull, 32, 4)
@@ -205,14 +276,14 @@ def prepack(weights, arch: int = 80) -> Packed:
     def build():
         from ..formats import unpack_zero_points
 
-        N, K, bs = weights.N, weights.K, weights.block_size
+        N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
         kb = weights.k_blocks
-        pb = pack_weights_for_mixed_gemm(np.asarray(weights.host["B"]), N, K, 4, arch, bs)
+        pb = pack_weights_for_mixed_gemm(np.asarray(weights.host["B"]), N, K, bits, arch, bs)
         sc = np.asarray(weights.host["scales"]).reshape(N, kb)
         sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
         zp = None
         if weights.zp_kind == "packed":
-            z = unpack_zero_points(np.asarray(weights.host["zero_points"]), kb, 4, N=N)
+            z = unpack_zero_points(np.asarray(weights.host["zero_points"]), kb, bits, N=N)
             zp = to_device(_per_block(z, N, kb, np.uint8), weights.simulated)
         elif weights.zp_kind == "typed":
             z = np.asarray(weights.host["zero_points"]).reshape(N, kb)
@@ -222,12 +293,14 @@ def prepack(weights, arch: int = 80) -> Packed:
                       scales=to_device(_per_block(sc_bits, N, kb, sc_bits.dtype), weights.simulated),
                       zp=zp, arch=arch)
 
-    return weights.derived(f"mixed_gemm_w4_sm{arch}", build)
+    if weights.bits not in BITS:
+        raise ValueError(f"mixed_gemm prepack: bits must be one of {BITS}, got {weights.bits}")
+    return weights.derived(f"mixed_gemm_w{weights.bits}_sm{arch}", build)
 
 
 # ------------------------------------------------------------------------------ kernel source
 
-def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int) -> str:
+def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int, BITS: int = 4) -> str:
     TPW, MTW, WN, WM = tac.tpw, tac.mtw, tac.wn, tac.wm
     BM = tac.bm
     T = tac.threads
@@ -238,6 +311,9 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     c = _CONST[act]
     NCH = -(-BM * 8 // T)  # 16-byte activation chunks per thread per stage
     TYPED = ZP == "typed"
+    W8 = BITS == 8
+    BF = act == "bfloat16"
+    NV = 2 if W8 else 1  # 16-byte weight loads per tile per stage
     L = []
 
     def e(ind, s):
@@ -257,12 +333,14 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     e(1, f"sA = cuda.shared.array({BM * RS}, np.uint32)")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     e(1, "n_st = n_full + half")
-    e(1, "tw = n_full * 128 + half * 64")  # words per tile (arch 80)
-    if ZP == "none":
-        e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
-        e(1, "nz_hi = nz_lo")
-    if TYPED:
-        e(1, f"nz_lo = np.uint32({(c['NEG']) * 0x10001})")  # -(magic base): leaves q exactly
+    e(1, f"tw = n_full * {128 * NV} + half * {64 * NV}")  # words per tile (arch 80)
+    if W8 and BF:  # 8-bit bf16: fp32 magic 2^23 + q, minus (2^23 + zp), exact; rounded to bf16 exactly
+        if ZP in ("none", "typed"):
+            e(1, f"nz_lo = np.float32({float(F32_MAGIC + (128 if ZP == 'none' else 0))!r})")
+            e(1, "nz_hi = nz_lo")
+    elif ZP in ("none", "typed"):  # typed: -(magic base) leaves q exactly
+        dz = 0 if TYPED else (128 if W8 else 8)
+        e(1, f"nz_lo = np.uint32({(c['NEG'] | dz) * 0x10001})")
         e(1, "nz_hi = nz_lo")
     for i in range(TPW):
         e(1, f"tv_{i} = tile0 + {i} < n_tiles")
@@ -290,6 +368,8 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, f"{pref}_{j} = Z4")
 
     def load_w(ind, stage, pref):
+        if W8:
+            return load_w8(ind, stage, pref)
         e(ind, f"if {stage} < n_full:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
@@ -312,6 +392,35 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         e(ind, "else:")
         for i in range(TPW):
             e(ind + 1, f"{pref}_{i} = Z4")
+
+    def load_w8(ind, stage, pref):
+        # 8-bit: a tile's full chunk is two 512-byte warp loads (16 bytes per lane each), a half chunk one
+        e(ind, f"if {stage} < n_full:")
+        for i in range(TPW):
+            e(ind + 1, f"if tv_{i}:")
+            if arch == 80:
+                e(ind + 2, f"wx = ((tile0 + {i}) * tw + {stage} * 256) // 4 + lane")
+            else:
+                e(ind + 2, f"wx = ({stage} * n_tiles + tile0 + {i}) * 64 + lane")
+            e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, wx)")
+            e(ind + 2, f"{pref}_{i}_1 = ldg_v4(bq, wx + 32)")
+            e(ind + 1, "else:")
+            e(ind + 2, f"{pref}_{i}_0 = Z4")
+            e(ind + 2, f"{pref}_{i}_1 = Z4")
+        e(ind, f"elif {stage} < n_st:")
+        for i in range(TPW):
+            e(ind + 1, f"if tv_{i}:")
+            if arch == 80:
+                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, ((tile0 + {i}) * tw + n_full * 256) // 4 + lane)")
+            else:
+                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, n_full * n_tiles * 64 + (tile0 + {i}) * 32 + lane)")
+            e(ind + 1, "else:")
+            e(ind + 2, f"{pref}_{i}_0 = Z4")
+            e(ind + 1, f"{pref}_{i}_1 = Z4")
+        e(ind, "else:")
+        for i in range(TPW):
+            e(ind + 1, f"{pref}_{i}_0 = Z4")
+            e(ind + 1, f"{pref}_{i}_1 = Z4")
 
     load_a(1, "0", "ra")
     load_w(1, "0", "w")
@@ -340,7 +449,10 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(3, f"sb = ((tile0 + {i}) * kb + blk) * 16 + g")
             e(3, f"s_lo_{i} = ld(sc, sb)")
             e(3, f"s_hi_{i} = ld(sc, sb + 8)")
-            if ZP == "packed":
+            if ZP == "packed" and W8 and BF:
+                e(3, f"nz_lo_{i} = u32_as_f32(np.uint32({F32_MAGIC_BITS}) | np.uint32(zpk[sb]))")
+                e(3, f"nz_hi_{i} = u32_as_f32(np.uint32({F32_MAGIC_BITS}) | np.uint32(zpk[sb + 8]))")
+            elif ZP == "packed":
                 e(3, f"nz_lo_{i} = (np.uint32({c['NEG']}) | np.uint32(zpk[sb])) * np.uint32(65537)")
                 e(3, f"nz_hi_{i} = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + 8])) * np.uint32(65537)")
             if TYPED:
@@ -350,8 +462,9 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(3, f"s_lo_{i} = np.float32(0)")
             e(3, f"s_hi_{i} = np.float32(0)")
             if ZP == "packed":
-                e(3, f"nz_lo_{i} = np.uint32(0)")
-                e(3, f"nz_hi_{i} = np.uint32(0)")
+                zero = "np.float32(0)" if (W8 and BF) else "np.uint32(0)"
+                e(3, f"nz_lo_{i} = {zero}")
+                e(3, f"nz_hi_{i} = {zero}")
             if TYPED:
                 e(3, f"z_lo_{i} = np.float32(0)")
                 e(3, f"z_hi_{i} = np.float32(0)")
@@ -370,11 +483,25 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                     e(2, f"as_{mt}_0 = o0")
                     e(2, f"as_{mt}_1 = o1")
             for i in range(TPW):
-                e(2, f"wd = w_{i}[{s}]")
+                if not W8:
+                    e(2, f"wd = w_{i}[{s}]")
                 for r in range(4):
                     nz = ("nz_lo" if r % 2 == 0 else "nz_hi") + (f"_{i}" if ZP == "packed" else "")
-                    e(2, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
-                         f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
+                    if not W8:
+                        e(2, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
+                             f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
+                        continue
+                    # 8-bit: word 2*(s%2) + r//2 of load s//2; bytes 0/2 -> register r even, 1/3 -> odd
+                    wd = f"w_{i}_{s // 2}[{2 * (s % 2) + r // 2}]"
+                    sh = 8 * (r % 2)
+                    if BF:
+                        e(2, f"f{r} = pack2(u32_as_f32((np.uint32({wd} >> np.uint32({sh})) & np.uint32(0xFF)) "
+                             f"| np.uint32({F32_MAGIC_BITS})) - {nz}, "
+                             f"u32_as_f32((np.uint32({wd} >> np.uint32({sh + 16})) & np.uint32(0xFF)) "
+                             f"| np.uint32({F32_MAGIC_BITS})) - {nz})")
+                    else:
+                        e(2, f"f{r} = fma2((np.uint32({wd} >> np.uint32({sh})) & np.uint32(0x00FF00FF)) "
+                             f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
                 for mt in range(MTW):
                     ps = ", ".join(f"p_{i}_{mt}_{r}" for r in range(4))
                     e(2, f"{ps} = mma(f0, f1, f2, f3, b0_{mt}, b1_{mt}, {ps})")
@@ -403,7 +530,11 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                 e(3, f"as_{mt}_1 = np.float32(0)")
     e(2, "cuda.syncthreads()")
     for i in range(TPW):
-        e(2, f"w_{i} = v_{i}")
+        if W8:
+            e(2, f"w_{i}_0 = v_{i}_0")
+            e(2, f"w_{i}_1 = v_{i}_1")
+        else:
+            e(2, f"w_{i} = v_{i}")
     e(2, "st = nst")
     # epilogue
     for i in range(TPW):
@@ -424,16 +555,19 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
 
 
 @lru_cache(maxsize=None)
-def mixed_gemm_kernel(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int) -> Kernel:
+def mixed_gemm_kernel(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int, bits: int = 4) -> Kernel:
     from numba.cuda import types
 
-    src = _gen_source(act, tac, BS, ZP, HAS_BIAS, arch)
+    if bits not in BITS:
+        raise ValueError(f"mixed_gemm_kernel: bits must be one of {BITS}, got {bits}")
+    src = _gen_source(act, tac, BS, ZP, HAS_BIAS, arch, bits)
     ns = {
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st_": STORES[act],
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
+        "pack2": _I.pack_bf16x2, "u32_as_f32": _I.u32_as_f32,
     }
-    name = f"mixed_gemm_w4_{act}_{tac.name}_b{BS}_{ZP}{'_bias' if HAS_BIAS else ''}_sm{arch}"
+    name = f"mixed_gemm_w{bits}_{act}_{tac.name}_b{BS}_{ZP}{'_bias' if HAS_BIAS else ''}_sm{arch}"
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["mixed_gemm"]
     fn.__name__ = name
@@ -453,7 +587,8 @@ class MixedGemmPlan:
         pk = prepack(weights, arch)
         self.packed = pk
         has_bias = weights.bias is not None
-        k = mixed_gemm_kernel(weights.dtype, tactic, weights.block_size, weights.zp_kind, has_bias, arch)
+        k = mixed_gemm_kernel(weights.dtype, tactic, weights.block_size, weights.zp_kind, has_bias, arch,
+                              weights.bits)
         self.kernel = k.name
         self._kernel = k
         self._elem = np.uint16 if weights.dtype == "bfloat16" else np.float16
@@ -482,7 +617,7 @@ def build(weights, problem, config=None, tactic=None, arch: int | None = None) -
     ``arch`` 80/90 picks the prepacked layout (default: 90 when ``problem.weight_prepacked == 2``)."""
     if not supports(problem):
         raise ValueError(f"mixed_gemm does not support {problem.describe()}")
-    if weights.bits != 4 or weights.g_idx is not None:
+    if weights.bits != problem.bits or weights.bits not in BITS or weights.g_idx is not None:
         raise ValueError(f"mixed_gemm does not support these weights: {weights.describe()}")
     if isinstance(tactic, str):
         tactic = TACTICS[tactic]
