@@ -1,0 +1,61 @@
+"""perf/bench_mixed_gemm.py: its logic on a tiny shape (simulator or GPU), and its summary table."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_mixed_gemm", ROOT / "perf" / "bench_mixed_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_mixed_gemm_tiny(tmp_path, monkeypatch, capsys):
+    bench = _load()
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert bench.main(["--tiny", "--tactics", "m16"]) == 0
+    with open(tmp_path / "bench_mixed_gemm.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == bench.COLUMNS
+    subjects = {(r["bits"], r["route/tactic"].split("/")[0]) for r in rows}
+    assert subjects == {(b, s) for b in ("4", "8") for s in ("mixed_gemm", "dequant_cublas", "dense_fp16")}
+    for r in rows:
+        assert r["shape"] == "16x128" and r["M"] == "3" and r["block"] == "128"
+        assert float(r["us"]) > 0 and float(r["TFLOP/s"]) > 0 and float(r["TB/s"]) > 0
+        if r["rel_err"]:
+            assert float(r["rel_err"]) < bench.TOL
+    assert sum(1 for r in rows if r["rel_err"]) == 5  # the dense row is checked on the 4-bit pass only
+    out = capsys.readouterr().out
+    assert "best tactic" in out and "0 rows over the fp16 tolerance" in out
+
+
+def test_bench_summary_picks_the_best_tactic():
+    bench = _load()
+
+    def row(subject, us, bits=4, M=16):
+        return {"shape": "4096x4096", "M": M, "bits": bits, "block": 128, "route/tactic": subject, "us": us,
+                "TFLOP/s": 2 * M * 4096 * 4096 / us / 1e6, "TB/s": 1.0, "rel_err": 1e-4}
+
+    rows = [row("mixed_gemm/m16", 30.0), row("mixed_gemm/m64", 20.0), row("dequant_cublas", 40.0),
+            row("dense_fp16/torch", 10.0), row("mixed_gemm/m16", 50.0, bits=8), row("dequant_cublas", 25.0, bits=8)]
+    lines = bench.summary(rows).splitlines()
+    assert len(lines) == 3
+    f4 = lines[1].split()
+    assert f4[:4] == ["4096x4096", "16", "4", "m64"] and float(f4[4]) == 20.0
+    assert math.isclose(float(f4[7]), 2.0) and math.isclose(float(f4[9]), 0.5)
+    f8 = lines[2].split()
+    assert f8[3] == "m16" and math.isclose(float(f8[7]), 0.5) and f8[9] == "nan"
+
+
+def test_bench_rejects_unknown_tactic():
+    bench = _load()
+    with pytest.raises(SystemExit):
+        bench.main(["--tiny", "--tactics", "nope"])
