@@ -3,7 +3,7 @@ dequantize + cuBLAS (the ``dequant_cublas`` route's plan) and fp16 dense cuBLAS,
 
     python perf/bench_mixed_gemm.py            (GPU; about 2-4 minutes on an H200, most of it compiling)
     python perf/bench_mixed_gemm.py --tiny     (one tiny shape; runs on the simulator: checks the logic)
-    options: --tactics m16,m64  (a subset)   --shapes 4096x4096,...   --ms 16,256
+    options: --tactics m16,m64  (a subset)   --shapes 4096x4096,...   --ms 16,256   --bits 8
 
 Shapes (N x K): 4096x4096, 14336x4096, 28672x8192, 128256x4096; M in 16 .. 4096.
 
@@ -14,7 +14,8 @@ streams its weights from HBM. The mixed GEMM rotates its prepacked B + scales (i
 each copy), dequantize + cuBLAS rotates whole plans (weights + their fp16 scratch), dense cuBLAS
 rotates fp16 W copies. Every launch is bracketed by CUDA events on the legacy default stream (the
 one every subject launches on); the row gives the median over ``reps`` launches after a warm-up
-(reps sized so one row costs about 0.2 s of GPU time, 5 to 30). The dense W is the dequantized W
+(reps sized so one row costs about 0.2 s of GPU time, 5 to 30; the first, compiling call of a
+row is the checked one and is not timed). The dense W is the dequantized W
 (copied from the dequant plan's scratch), so every row is checked against the float64 oracle
 (``reference.matmul_nbits_ref``) on a sample: output rows < 16 and the first and last 64 columns.
 
@@ -72,10 +73,11 @@ class Timer:
         e1.synchronize()
         return e0.elapsed_time(e1) * 1e3
 
-    def __call__(self, launches) -> float:
-        """``launches``: zero-argument callables, one per rotated copy (already run once: compiled)."""
-        if self.sim:  # each simulated launch takes seconds: one timed call
-            return self._once(launches[0])
+    def __call__(self, launches, checked_us: float) -> float:
+        """``launches``: zero-argument callables, one per rotated copy (already run once, in
+        ``checked_us``: compiled). The simulator reports that first call (each takes seconds)."""
+        if self.sim:
+            return checked_us
         from bench_mma import _events_time
 
         est = self._once(launches[-1])  # warm-up doubles as the estimate
@@ -134,7 +136,18 @@ class _cai:
         self._keep = d
 
 
-def run(shapes, ms, tactics, sim):
+def _checked(fn, sim):
+    """Run ``fn`` once (compiling on first use) and return its host microseconds (after a sync)."""
+    from numba import cuda
+
+    t0 = time.perf_counter()
+    fn()
+    if not sim:
+        cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6
+
+
+def run(shapes, ms, tactics, sim, bits_list=BITS):
     from numba import cuda
     from numba.cuda.cudadrv import driver as nbdrv
 
@@ -161,7 +174,7 @@ def run(shapes, ms, tactics, sim):
         A_d = to_device(A, sim)
         Y_d = to_device(np.zeros((Mmax, N), np.float16), sim)
         cols = np.unique(np.concatenate([np.arange(min(64, N)), np.arange(max(0, N - 64), N)]))
-        for bits in BITS:
+        for bits in bits_list:
             t0 = time.perf_counter()
             B, scales = _host_weights(rng, N, K, bits)
             ref = matmul_nbits_ref(A[:16], B[cols], scales[cols], K=K, N=len(cols), bits=bits, block_size=BLOCK)
@@ -191,7 +204,7 @@ def run(shapes, ms, tactics, sim):
                         copies = (_dev_copy(plan.packed.bq, R), _dev_copy(plan.packed.scales, R))
                     a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
                     poison(M)
-                    plan.run(a, y, 0)  # compiles once per tactic; checked below
+                    t_chk = _checked(lambda: plan.run(a, y, 0), sim)  # compiles once per tactic
                     err = err_of(M)
                     launches = []
                     for r in range(R):
@@ -199,7 +212,7 @@ def run(shapes, ms, tactics, sim):
                         L.set_array(0, a.view(np.uint32, (M * K // 2,)))
                         L.set_array(6, y.view(np.float16, (M * N,)))
                         launches.append(L.launch)
-                    us = timer(launches)
+                    us = timer(launches, t_chk)
                     _row(rows, (N, K), M, bits, f"mixed_gemm/{tname}", us,
                          nbits_bytes(M, N, K, bits, BLOCK, DTYPE).total, err)
             del copies
@@ -213,13 +226,13 @@ def run(shapes, ms, tactics, sim):
             for M in ms:
                 a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
                 poison(M)
-                plans[0].run(a, y, 0)
+                t_chk = _checked(lambda: plans[0].run(a, y, 0), sim)
                 err = err_of(M)
-                us = timer([lambda pl=pl, a=a, y=y: pl.run(a, y, 0) for pl in plans])
+                us = timer([lambda pl=pl, a=a, y=y: pl.run(a, y, 0) for pl in plans], t_chk)
                 nb = nbits_bytes(M, N, K, bits, BLOCK, DTYPE).total
                 _row(rows, (N, K), M, bits, "dequant_cublas", us, nb, err)
             # ---- fp16 dense cuBLAS on the dequantized W (once per shape: the 4-bit pass)
-            if bits == BITS[0]:
+            if bits == bits_list[0]:
                 Rd = 1 if sim else max(1, rotation_copies(N * K * 2, L2_BYTES))
                 Wd = []
                 for _ in range(Rd):
@@ -234,15 +247,13 @@ def run(shapes, ms, tactics, sim):
                     a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
                     fns, label = _dense_runner(sim, M, N, K, Wd, a, y, handle)
                     poison(M)
-                    fns[0]()
-                    if not sim:
-                        cuda.synchronize()
+                    t_chk = _checked(fns[0], sim)
                     err = err_of(M)
-                    us = timer(fns)
+                    us = timer(fns, t_chk)
                     dense_rows.append((M, label, us, dense_bytes(M, N, K, DTYPE).total, err))
                 del Wd
             for (M, label, us, nb, err) in dense_rows:  # the same dense rows serve both bits
-                _row(rows, (N, K), M, bits, label, us, nb, err if bits == BITS[0] else None)
+                _row(rows, (N, K), M, bits, label, us, nb, err if bits == bits_list[0] else None)
             del plans, ws, w
     return rows
 
@@ -275,6 +286,7 @@ def main(argv=None):
     ap.add_argument("--tactics", default=None, help="comma-separated mixed_gemm tactic names (default: all)")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK list")
     ap.add_argument("--ms", default=None, help="comma-separated M list")
+    ap.add_argument("--bits", default=None, help="comma-separated subset of 4,8")
     args = ap.parse_args(argv)
     from numba import cuda
 
@@ -287,6 +299,9 @@ def main(argv=None):
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.ms:
         ms = [int(x) for x in args.ms.split(",")]
+    bits_list = tuple(int(b) for b in args.bits.split(",")) if args.bits else BITS
+    if not set(bits_list) <= set(BITS):
+        ap.error(f"--bits must be a subset of {BITS}")
     tactics = args.tactics.split(",") if args.tactics else list(mixed_gemm.TACTICS)
     unknown = [t for t in tactics if t not in mixed_gemm.TACTICS]
     if unknown:
@@ -297,7 +312,7 @@ def main(argv=None):
     name = getattr(dev, "name", "simulator")
     print(f"# {name.decode() if isinstance(name, bytes) else name}; tactics {tactics}; shapes {shapes}; M {ms}")
     t0 = time.perf_counter()
-    rows = run(shapes, ms, tactics, sim)
+    rows = run(shapes, ms, tactics, sim, bits_list)
     out_dir = os.environ.get("OUT") or "."
     path = os.path.join(out_dir, "bench_mixed_gemm.csv")
     with open(path, "w", newline="") as fh:

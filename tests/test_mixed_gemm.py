@@ -106,16 +106,20 @@ def _assert_only_output_rounding(y, ref, dtype):
 if SIM:
     CASES8 = [  # (M, N, K, block, dtype, zp, bias, tactic, arch): every tactic, zp kind, block, dtype
         (16, 16, 96, 32, "float16", "none", True, "m16", 80),  # half chunk, default zp 128
-        (5, 16, 64, 64, "bfloat16", "none", False, "m32", 90),
+        (5, 16, 64, 64, "bfloat16", "none", False, "m32sk", 90),
         (3, 16, 128, 128, "float16", "packed", False, "m64", 90),  # block 128 spans two stages
         (17, 32, 64, 32, "bfloat16", "packed", True, "m16", 80),  # two M blocks, two tiles
-        (2, 16, 128, 128, "bfloat16", "typed", True, "m128", 80),
+        (2, 16, 64, 64, "bfloat16", "typed", True, "m128", 80),
         (9, 16, 64, 64, "float16", "typed", False, "m32", 80),
+        (4, 16, 64, 32, "float16", "packed", True, "m16sk", 80),
+        (6, 16, 64, 64, "bfloat16", "typed", False, "m64sk", 80),
+        (7, 16, 64, 64, "float16", "none", True, "m64w", 90),
     ]
-else:
-    CASES8 = [(M, 1024, 2048, bs, dt, zp, bias, None, 80 + 10 * (i % 2))
-              for i, (M, bs, dt, zp, bias) in enumerate(itertools.product(
-                  (1, 17, 100), X.BLOCK_SIZES, ("float16", "bfloat16"), ("none", "packed", "typed"), (True,)))]
+else:  # a larger shape (K = 2048: 32 stages) per block x dtype x zp; the M sweep is test_mixed_gemm_gpu_m_sweep
+    _M8 = itertools.cycle((1, 17, 100))
+    CASES8 = [(next(_M8), 1024, 2048, bs, dt, zp, i % 2 == 0, None, 80 + 10 * (i % 2))
+              for i, (bs, dt, zp) in enumerate(itertools.product(
+                  X.BLOCK_SIZES, ("float16", "bfloat16"), ("none", "packed", "typed")))]
 
 
 @pytest.mark.parametrize("M,N,K,bs,dtype,zp,bias,tactic,arch", CASES8)
@@ -128,12 +132,53 @@ def test_mixed_gemm_8bit_matches_reference(rng, M, N, K, bs, dtype, zp, bias, ta
 @pytest.mark.parametrize("bits", (8,) if SIM else X.BITS)  # 4-bit on the simulator: CASES cover arch 90
 def test_mixed_gemm_arch_80_and_90_give_identical_outputs(rng, bits):
     """Both layouts feed the same fragments in the same order: bit-identical Y."""
-    M, N, K = (4, 32, 128) if SIM else (33, 2048, 4096)
-    w, A, ref = _make(rng, M, N, K, 64, "float16", "packed", False, bits)
+    M, N, K, bs = (2, 32, 96, 32) if SIM else (33, 2048, 4096, 64)  # sim: one chunk + a half chunk, 2 tiles
+    w, A, ref = _make(rng, M, N, K, bs, "float16", "packed", False, bits)
     y80 = _run(w, A, M, "m16", 80, twice=False)
     y90 = _run(w, A, M, "m16", 90, twice=False)
     np.testing.assert_array_equal(y80.view(np.uint16), y90.view(np.uint16))
     assert relative_error(y80, ref) < TOLERANCES["float16"]
+
+
+SPLIT_CASES = [  # (bits, M, N, K, block, dtype, zp, bias, splits): 2 splits of the k-stages
+    (8, 3, 16, 128, 64, "float16", "none", True, 2),
+    (8, 5, 16, 96, 32, "bfloat16", "packed", False, 2),  # the second split is the half chunk
+    (4, 3, 16, 256, 128, "float16", "packed", True, 2),  # block 128: splits of two stages
+] if SIM else [(b, M, 1024, 4096, bs, "float16", "packed", True, s) for b in X.BITS
+               for (M, bs, s) in ((1, 32, 7), (16, 64, 16), (100, 128, 3))]
+
+
+@pytest.mark.parametrize("bits,M,N,K,bs,dtype,zp,bias,splits", SPLIT_CASES)
+def test_mixed_gemm_split_k(rng, bits, M, N, K, bs, dtype, zp, bias, splits):
+    """Split-K: each split adds its fp32 partials into the workspace, the last one stores Y and
+    leaves workspace and counters zeroed, so the plan runs again with the same result."""
+    w, A, ref = _make(rng, M, N, K, bs, dtype, zp, bias, bits)
+    tac = X.Tactic("split_test", wn=4, wm=1, tpw=2, mtw=2, splitk=splits)
+    p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=zp, has_bias=bias)
+    plan = X.build(w, p, None, tac)
+    n_st = K // 64 + (K % 64 == 32)
+    assert plan.splits == min(splits, n_st // max(1, bs // 64)) > 1
+    a = to_device(A, SIM)
+    ys = []
+    for _ in range(2):
+        out = to_device(np.full((M, N), np.nan, np.float32).astype(w.np_dtype), SIM)
+        plan.run(a, out, 0)
+        ys.append(to_host(out))
+        assert not np.any(to_host(plan.workspace)) and not np.any(to_host(plan.counters))
+    _assert_only_output_rounding(ys[0], ref, dtype)
+    # fp32 sums in arrival order: runs may differ in the last bit of fp32, rarely of Y
+    assert relative_error(ys[1], ys[0]) < TOLERANCES[dtype] / 10
+
+
+def test_split_count():
+    t = X.TACTICS["m16sk"]
+    assert X.split_count(X.TACTICS["m16"], 32, 64, 128) == (1, 64)
+    assert X.split_count(t, 32, 64, 128) == (16, 4)  # 4096x4096 M=16: 32 tiles -> 512 blocks
+    assert X.split_count(t, 1002, 64, 128) == (1, 64)  # enough tiles already
+    assert X.split_count(t, 1, 6, 128) == (1, 6)  # fewer than 2 * MIN_SPLIT_STAGES stages
+    n, sps = X.split_count(t, 10, 64, 128)
+    assert sps % 2 == 0 and n * sps >= 64 and (n - 1) * sps < 64  # block 128: whole blocks per split
+    assert X.split_count(X.Tactic("x", 4, 1, 2, 2, splitk=3), 1, 2, 64) == (2, 1)  # at most one per stage
 
 
 # GPU: every dtype x bits x block x zero-point kind x bias specialisation, each over all the M values

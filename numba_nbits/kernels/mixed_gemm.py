@@ -60,11 +60,21 @@ activation rows, so the block tile is ``BN = 16*TPW*WN`` by ``BM = 8*MTW*WM``. K
 33 words so the fragment reads are bank-conflict free for block >= 64), while every warp streams
 its weight words straight from global memory into registers one stage ahead (16-byte
 ``ld.global.nc``, two per tile for 8-bit; warps sharing rows hit L1). Weights are converted once
-per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)`` picks by M.
+per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)``
+picks by M.
+
+Split-K tactics (``splitk != 1``; grid z = splits, see ``split_count``): block ``z`` runs its own
+range of k-stages (whole quantization blocks), adds its fp32 tile into an fp32 ``M x N`` workspace
+with atomics, fences, and bumps the tile's arrival counter; the last block to arrive reads the sums
+(atomic reads), zeroes workspace and counter for the next launch, adds the bias and stores Y. The
+contract is unchanged (fp32 block sums scaled in fp32, Y rounded once) except that the fp32 adds
+of the splits happen in arrival order, so two runs may differ in the last bits. Workspace and
+counters belong to the plan: one plan must not run on two streams at once. A plan whose problem
+leaves nothing to split (``split_count`` -> 1) uses the plain kernel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -91,6 +101,7 @@ class Tactic:
     wm: int  # warps along M
     tpw: int  # 16-row weight tiles per warp
     mtw: int  # 8-row activation tiles per warp
+    splitk: int = 1  # K splits (grid z): 1 = none, 0 = chosen per problem by ``split_count``
 
     @property
     def bm(self) -> int:
@@ -111,8 +122,42 @@ TACTICS = {
         Tactic("m32", wn=4, wm=2, tpw=2, mtw=2),  # BM 32, BN 128
         Tactic("m64", wn=2, wm=2, tpw=2, mtw=4),  # BM 64, BN 64
         Tactic("m128", wn=2, wm=4, tpw=2, mtw=4),  # BM 128, BN 64
+        # Candidates for the H200 benchmark to decide (not yet in default_tactic). The H200 figures
+        # (perf/results/2026-11-30-h200-kernels) show small M starved of blocks: 4096x4096 M=16 is
+        # 32 blocks of m16 for 132 SMs, each streaming all of K (66 us vs 29 us for dequant+cuBLAS).
+        # Split-K multiplies the blocks (``split_count``); "m64w" doubles BN of m64 (8 warps, half the
+        # activation re-reads per weight byte, twice the warps to hide latency).
+        Tactic("m16sk", wn=4, wm=1, tpw=2, mtw=2, splitk=0),
+        Tactic("m32sk", wn=4, wm=2, tpw=2, mtw=2, splitk=0),
+        Tactic("m64sk", wn=2, wm=2, tpw=2, mtw=4, splitk=0),
+        Tactic("m64w", wn=4, wm=2, tpw=2, mtw=4),  # BM 64, BN 128
     )
 }
+
+SMS = 132  # H200 SMs: split-K aims at SPLIT_WAVES blocks per SM
+SPLIT_WAVES = 4
+MIN_SPLIT_STAGES = 4  # each split streams at least 4 64-k stages (256 k)
+
+
+def split_count(tac: Tactic, blocks: int, n_st: int, block_size: int) -> tuple[int, int]:
+    """(number of K splits, 64-k stages per split) for ``blocks`` output tiles and ``n_st`` stages.
+
+    ``tac.splitk`` 1: no split; > 1: that many (at most one per stage); 0 (auto): enough for
+    ``SPLIT_WAVES * SMS`` blocks, with at least ``MIN_SPLIT_STAGES`` stages per split. Splits hold a
+    whole number of quantization blocks (block 128 spans two stages), so no block's partial sum
+    straddles two splits.
+    """
+    if tac.splitk == 1:
+        return 1, max(n_st, 1)
+    if tac.splitk > 1:
+        want = min(tac.splitk, n_st)
+    else:
+        want = min(-(-SPLIT_WAVES * SMS // max(blocks, 1)), n_st // MIN_SPLIT_STAGES)
+    want = max(1, want)
+    align = max(1, block_size // 64)
+    sps = -(-n_st // want)
+    sps = -(-sps // align) * align
+    return -(-n_st // sps), sps
 
 
 def default_tactic(M: int) -> Tactic:
@@ -319,7 +364,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     def e(ind, s):
         L.append("    " * ind + s)
 
-    e(0, "def mixed_gemm(a32, bq, sc, zpk, zpt, bias, out, M, K, N, kb, n_full, half):")
+    e(0, "def mixed_gemm(a32, bq, sc, zpk, zpt, bias, out, M, K, N, kb, n_full, half, ws, cnt, sps):")
     e(1, "tid = cuda.threadIdx.x")
     e(1, "lane = tid & 31")
     e(1, "warp = tid >> 5")
@@ -333,6 +378,8 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     e(1, f"sA = cuda.shared.array({BM * RS}, np.uint32)")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     e(1, "n_st = n_full + half")
+    e(1, "st_beg = np.int64(cuda.blockIdx.z) * sps")  # this block's k-stages (split-K; one split: all)
+    e(1, "st_end = min(n_st, st_beg + sps)")
     e(1, f"tw = n_full * {128 * NV} + half * {64 * NV}")  # words per tile (arch 80)
     if W8 and BF:  # 8-bit bf16: fp32 magic 2^23 + q, minus (2^23 + zp), exact; rounded to bf16 exactly
         if ZP in ("none", "typed"):
@@ -362,7 +409,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind, "ar = ch >> 3")
             e(ind, "am = m0 + ar")
             e(ind, f"ak = {stage} * 64 + (ch & 7) * 8")
-            e(ind, f"if ch < {BM * 8} and am < M and ak < K:")
+            e(ind, f"if ch < {BM * 8} and am < M and ak < K and {stage} < st_end:")
             e(ind + 1, f"{pref}_{j} = ldg_v4(a32, (am * K + ak) >> 3)")
             e(ind, "else:")
             e(ind + 1, f"{pref}_{j} = Z4")
@@ -370,7 +417,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     def load_w(ind, stage, pref):
         if W8:
             return load_w8(ind, stage, pref)
-        e(ind, f"if {stage} < n_full:")
+        e(ind, f"if {stage} < n_full and {stage} < st_end:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
@@ -379,7 +426,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                 e(ind + 2, f"{pref}_{i} = ldg_v4(bq, ({stage} * n_tiles + tile0 + {i}) * 32 + lane)")
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i} = Z4")
-        e(ind, f"elif {stage} < n_st:")
+        e(ind, f"elif {stage} < st_end:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
@@ -395,7 +442,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
 
     def load_w8(ind, stage, pref):
         # 8-bit: a tile's full chunk is two 512-byte warp loads (16 bytes per lane each), a half chunk one
-        e(ind, f"if {stage} < n_full:")
+        e(ind, f"if {stage} < n_full and {stage} < st_end:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
@@ -407,7 +454,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i}_0 = Z4")
             e(ind + 2, f"{pref}_{i}_1 = Z4")
-        e(ind, f"elif {stage} < n_st:")
+        e(ind, f"elif {stage} < st_end:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
@@ -422,10 +469,10 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, f"{pref}_{i}_0 = Z4")
             e(ind + 1, f"{pref}_{i}_1 = Z4")
 
-    load_a(1, "0", "ra")
-    load_w(1, "0", "w")
-    e(1, "st = np.int64(0)")
-    e(1, "while st < n_st:")
+    load_a(1, "st_beg", "ra")
+    load_w(1, "st_beg", "w")
+    e(1, "st = st_beg")
+    e(1, "while st < st_end:")
     # stage the activation tile
     for j in range(NCH):
         e(2, f"ch = tid + {j * T}")
@@ -509,7 +556,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         if BS <= 64:
             e(2, "if True:")
         else:
-            e(2, f"if (st % {BS // 64}) == {BS // 64 - 1} or st == n_st - 1:")
+            e(2, f"if (st % {BS // 64}) == {BS // 64 - 1} or st == st_end - 1:")
         for i in range(TPW):
             for mt in range(MTW):
                 if TYPED:
@@ -537,6 +584,47 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(2, f"w_{i} = v_{i}")
     e(2, "st = nst")
     # epilogue
+    if tac.splitk != 1:
+        # split-K: add the fp32 partials into the fp32 workspace; the block that finishes a tile last
+        # (per-tile arrival counter) reads the sums back (atomic reads: L2-coherent), zeroes the
+        # workspace and the counter for the next launch, adds the bias and stores Y (rounded once).
+        for i in range(TPW):
+            e(1, f"if tv_{i}:")
+            e(2, f"nlo = (tile0 + {i}) * 16 + g")
+            for mt in range(MTW):
+                e(2, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
+                for r in range(4):
+                    n_expr = "nlo" if r < 2 else "nlo + 8"
+                    m_expr = "mr" if r % 2 == 0 else "mr + 1"
+                    e(2, f"if {m_expr} < M:")
+                    e(3, f"cuda.atomic.add(ws, ({m_expr}) * N + {n_expr}, acc_{i}_{mt}_{r})")
+        e(1, "cuda.threadfence()")
+        e(1, "cuda.syncthreads()")
+        e(1, "arrived = cuda.shared.array(1, np.int32)")
+        e(1, "tile_id = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x")
+        e(1, "if tid == 0:")
+        e(2, "arrived[0] = cuda.atomic.add(cnt, tile_id, 1)")
+        e(1, "cuda.syncthreads()")
+        e(1, "if arrived[0] != cuda.gridDim.z - 1:")
+        e(2, "return")
+        for i in range(TPW):
+            for mt in range(MTW):
+                for r in range(4):
+                    e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+        for i in range(TPW):
+            e(1, f"if tv_{i}:")
+            e(2, f"nlo = (tile0 + {i}) * 16 + g")
+            for mt in range(MTW):
+                e(2, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
+                for r in range(4):
+                    n_expr = "nlo" if r < 2 else "nlo + 8"
+                    m_expr = "mr" if r % 2 == 0 else "mr + 1"
+                    e(2, f"if {m_expr} < M:")
+                    e(3, f"wi = ({m_expr}) * N + {n_expr}")
+                    e(3, f"acc_{i}_{mt}_{r} = cuda.atomic.add(ws, wi, np.float32(0))")
+                    e(3, "ws[wi] = np.float32(0)")
+        e(1, "if tid == 0:")
+        e(2, "cnt[tile_id] = 0")
     for i in range(TPW):
         e(1, f"if tv_{i}:")
         e(2, f"nlo = (tile0 + {i}) * 16 + g")
@@ -572,7 +660,8 @@ def mixed_gemm_kernel(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, a
     fn = ns["mixed_gemm"]
     fn.__name__ = name
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
-                array_type(act), array_type(act)) + (types.int64,) * 6
+                array_type(act), array_type(act)) + (types.int64,) * 6 + (
+                array_type("float32"), array_type("int32"), types.int64)
     return Kernel(fn, argtypes, name=name, fastmath=False)
 
 
@@ -587,7 +676,13 @@ class MixedGemmPlan:
         pk = prepack(weights, arch)
         self.packed = pk
         has_bias = weights.bias is not None
-        k = mixed_gemm_kernel(weights.dtype, tactic, weights.block_size, weights.zp_kind, has_bias, arch,
+        n_full, half = _chunks(self.K)
+        gx, gy = -(-self.N // tactic.bn), -(-M // tactic.bm)
+        self.splits, sps = split_count(tactic, gx * gy, n_full + int(half), weights.block_size)
+        ktac = tactic
+        if tactic.splitk != 1 and self.splits == 1:  # nothing to split: the plain kernel, no workspace
+            ktac = replace(tactic, name=tactic.name + "1", splitk=1)
+        k = mixed_gemm_kernel(weights.dtype, ktac, weights.block_size, weights.zp_kind, has_bias, arch,
                               weights.bits)
         self.kernel = k.name
         self._kernel = k
@@ -597,11 +692,15 @@ class MixedGemmPlan:
         zpk = pk.zp if weights.zp_kind == "packed" else du8
         zpt = pk.zp if weights.zp_kind == "typed" else dact
         bias = weights.bias.view(self._elem) if has_bias else dact
-        n_full, half = _chunks(self.K)
-        grid = (-(-self.N // tactic.bn), -(-M // tactic.bm))
-        self._launch = k.bind(grid, tactic.threads,
+        if ktac.splitk != 1:  # zeroed once here; the kernel leaves them zeroed after every launch
+            ws = to_device(np.zeros(M * self.N, np.float32), weights.simulated)
+            cnt = to_device(np.zeros(gx * gy, np.int32), weights.simulated)
+        else:
+            ws, cnt = weights.dummy(np.float32), weights.dummy(np.int32)
+        self.workspace, self.counters = ws, cnt
+        self._launch = k.bind((gx, gy, self.splits), tactic.threads,
                               (weights.dummy(np.uint32), pk.bq, pk.scales, zpk, zpt, bias, dact, M, self.K, self.N,
-                               weights.k_blocks, n_full, int(half)))
+                               weights.k_blocks, n_full, int(half), ws, cnt, sps))
 
     def run(self, a: DevArray, out: DevArray, stream: int = 0) -> None:
         M, K, N = self.M, self.K, self.N
