@@ -147,7 +147,22 @@ def _checked(fn, sim):
     return (time.perf_counter() - t0) * 1e6
 
 
-def run(shapes, ms, tactics, sim, bits_list=BITS):
+def _skip(mg, tac, M, N, K, every):
+    """Why a (tactic, M) row is not timed ('' = timed): a tile 16x shorter than M is hopeless (m16 at
+    M=4096 on the LM head would take ~30 s a launch), and a split-K tactic that would not split is
+    its base tactic again. ``--every`` times them all."""
+    if every:
+        return ""
+    if M > 16 * tac.bm:
+        return f"M > 16 * BM ({tac.bm})"
+    if tac.splitk != 1:
+        n_st = K // 64 + (K % 64 == 32)
+        if mg.split_count(tac, -(-N // tac.bn) * -(-M // tac.bm), n_st, BLOCK)[0] == 1:
+            return "split-K would not split"
+    return ""
+
+
+def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None):
     from numba import cuda
     from numba.cuda.cudadrv import driver as nbdrv
 
@@ -161,6 +176,7 @@ def run(shapes, ms, tactics, sim, bits_list=BITS):
     from numba_nbits.weights import build_weights
 
     timer = Timer(sim)
+    skipped = [] if skipped is None else skipped
     rng = np.random.default_rng(0)
     rows = []
     handle = None
@@ -179,8 +195,8 @@ def run(shapes, ms, tactics, sim, bits_list=BITS):
             B, scales = _host_weights(rng, N, K, bits)
             ref = matmul_nbits_ref(A[:16], B[cols], scales[cols], K=K, N=len(cols), bits=bits, block_size=BLOCK)
 
-            def err_of(M):
-                y = to_host(Y_d.offset(0, (M, N)))[:16][:, cols]
+            def err_of(M):  # copies back only the rows checked
+                y = to_host(Y_d.offset(0, (min(M, 16), N)))[:, cols]
                 return relative_error(y, ref[:min(M, 16)])
 
             def poison(M):  # every output NaN (fp16 0xFFFF) before a checked call
@@ -198,6 +214,10 @@ def run(shapes, ms, tactics, sim, bits_list=BITS):
             copies = None
             for tname in tactics:
                 for M in ms:
+                    why = _skip(mixed_gemm, mixed_gemm.TACTICS[tname], M, N, K, every)
+                    if why:
+                        skipped.append(f"{N}x{K} {bits}-bit M={M} {tname}: {why}")
+                        continue
                     p = Problem(M=M, N=N, K=K, bits=bits, block_size=BLOCK, dtype=DTYPE)
                     plan = mixed_gemm.build(w, p, None, tname)
                     if copies is None:
@@ -287,6 +307,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=None, help="comma-separated NxK list")
     ap.add_argument("--ms", default=None, help="comma-separated M list")
     ap.add_argument("--bits", default=None, help="comma-separated subset of 4,8")
+    ap.add_argument("--every", action="store_true", help="also time hopeless (tactic, M) rows (see _skip)")
     args = ap.parse_args(argv)
     from numba import cuda
 
@@ -312,13 +333,17 @@ def main(argv=None):
     name = getattr(dev, "name", "simulator")
     print(f"# {name.decode() if isinstance(name, bytes) else name}; tactics {tactics}; shapes {shapes}; M {ms}")
     t0 = time.perf_counter()
-    rows = run(shapes, ms, tactics, sim, bits_list)
+    skipped = []
+    rows = run(shapes, ms, tactics, sim, bits_list, args.every, skipped)
     out_dir = os.environ.get("OUT") or "."
     path = os.path.join(out_dir, "bench_mixed_gemm.csv")
     with open(path, "w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=COLUMNS)
         wr.writeheader()
         wr.writerows(rows)
+    print(f"\n{len(skipped)} (tactic, M) rows not timed (--every times them):")
+    for line in skipped:
+        print("  " + line)
     print()
     print(summary(rows))
     bad = [r for r in rows if r["rel_err"] is not None and not r["rel_err"] < TOL]

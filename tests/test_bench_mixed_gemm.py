@@ -21,12 +21,13 @@ def _load():
 def test_bench_mixed_gemm_tiny(tmp_path, monkeypatch, capsys):
     bench = _load()
     monkeypatch.setenv("OUT", str(tmp_path))
-    assert bench.main(["--tiny", "--tactics", "m16sk", "--bits", "8"]) == 0
+    assert bench.main(["--tiny", "--tactics", "m16,m16sk", "--bits", "8"]) == 0
     with open(tmp_path / "bench_mixed_gemm.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == bench.COLUMNS
     subjects = {(r["bits"], r["route/tactic"].split("/")[0]) for r in rows}
     assert subjects == {("8", s) for s in ("mixed_gemm", "dequant_cublas", "dense_fp16")}
+    assert [r["route/tactic"] for r in rows if r["route/tactic"].startswith("mixed")] == ["mixed_gemm/m16"]
     for r in rows:
         assert r["shape"] == "16x128" and r["M"] == "3" and r["block"] == "128"
         assert float(r["us"]) > 0 and float(r["TFLOP/s"]) > 0 and float(r["TB/s"]) > 0
@@ -35,6 +36,7 @@ def test_bench_mixed_gemm_tiny(tmp_path, monkeypatch, capsys):
     assert sum(1 for r in rows if r["rel_err"]) == 3  # the dense row is checked on the first bits' pass
     out = capsys.readouterr().out
     assert "best tactic" in out and "0 rows over the fp16 tolerance" in out
+    assert "16x128 8-bit M=3 m16sk: split-K would not split" in out  # K = 128: nothing to split
 
 
 def test_bench_summary_picks_the_best_tactic():
@@ -61,3 +63,15 @@ def test_bench_rejects_unknown_tactic():
         bench.main(["--tiny", "--tactics", "nope"])
     with pytest.raises(SystemExit):
         bench.main(["--tiny", "--bits", "2"])
+
+
+def test_bench_skips_hopeless_rows():
+    from numba_nbits.kernels import mixed_gemm as X
+
+    bench = _load()
+    T = X.TACTICS
+    assert bench._skip(X, T["m16"], 4096, 128256, 4096, False).startswith("M > 16 * BM")
+    assert bench._skip(X, T["m16"], 4096, 128256, 4096, True) == ""  # --every
+    assert bench._skip(X, T["m128"], 4096, 128256, 4096, False) == ""
+    assert bench._skip(X, T["m16sk"], 16, 4096, 4096, False) == ""  # 32 tiles: splits
+    assert bench._skip(X, T["m16sk"], 256, 128256, 4096, False) == "split-K would not split"
