@@ -149,11 +149,11 @@ def _checked(fn, sim):
 
 def _skip(mg, tac, M, N, K, every):
     """Why a (tactic, M) row is not timed ('' = timed): a tile 16x shorter than M is hopeless (m16 at
-    M=4096 on the LM head would take ~30 s a launch), and a split-K tactic that would not split is
+    M=4096 on the LM head would take ~30 s a launch; the tallest tile is always timed), and a split-K tactic that would not split is
     its base tactic again. ``--every`` times them all."""
     if every:
         return ""
-    if M > 16 * tac.bm:
+    if M > 16 * tac.bm and tac.bm < max(t.bm for t in mg.TACTICS.values()):  # the tallest tile always runs
         return f"M > 16 * BM ({tac.bm})"
     if tac.splitk != 1:
         n_st = K // 64 + (K % 64 == 32)
