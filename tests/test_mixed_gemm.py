@@ -114,6 +114,9 @@ if SIM:
         (4, 16, 64, 32, "float16", "packed", True, "m16sk", 80),
         (6, 16, 64, 64, "bfloat16", "typed", False, "m64sk", 80),
         (7, 16, 64, 64, "float16", "none", True, "m64w", 90),
+        # two weight stages in flight: 4 stages, so stage st + 2 is loaded from st = 1 on
+        (3, 32, 256, 64, "float16", "packed", True, "m16skp2", 90),  # K too short to split: wpre only
+        (2, 16, 256, 128, "bfloat16", "none", False, "m64p2", 80),
     ]
 else:  # a larger shape (K = 2048: 32 stages) per block x dtype x zp; the M sweep is test_mixed_gemm_gpu_m_sweep
     _M8 = itertools.cycle((1, 17, 100))
@@ -168,6 +171,13 @@ def test_mixed_gemm_split_k(rng, bits, M, N, K, bs, dtype, zp, bias, splits):
     _assert_only_output_rounding(ys[0], ref, dtype)
     # fp32 sums in arrival order: runs may differ in the last bit of fp32, rarely of Y
     assert relative_error(ys[1], ys[0]) < TOLERANCES[dtype] / 10
+
+
+def test_tactic_rejects_bad_fields():
+    with pytest.raises(ValueError, match="wpre"):
+        X.Tactic("bad", 4, 1, 2, 2, wpre=3)
+    with pytest.raises(ValueError, match="splitk"):
+        X.Tactic("bad", 4, 1, 2, 2, splitk=-1)
 
 
 def test_split_count():

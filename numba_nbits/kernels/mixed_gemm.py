@@ -58,7 +58,8 @@ activation rows, so the block tile is ``BN = 16*TPW*WN`` by ``BM = 8*MTW*WM``. K
 64-k stages. Each stage the block stages its ``BM x 64`` activation tile in shared memory
 (16-byte global loads into registers one stage ahead: register double buffering; rows padded to
 33 words so the fragment reads are bank-conflict free for block >= 64), while every warp streams
-its weight words straight from global memory into registers one stage ahead (16-byte
+its weight words straight from global memory into registers one stage ahead (two for tactics
+with ``wpre=2``; 16-byte
 ``ld.global.nc``, two per tile for 8-bit; warps sharing rows hit L1). Weights are converted once
 per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)``
 picks by M.
@@ -102,6 +103,11 @@ class Tactic:
     tpw: int  # 16-row weight tiles per warp
     mtw: int  # 8-row activation tiles per warp
     splitk: int = 1  # K splits (grid z): 1 = none, 0 = chosen per problem by ``split_count``
+    wpre: int = 1  # 64-k stages of weights loaded ahead of the MMAs (1 or 2; 2: twice the weight registers)
+
+    def __post_init__(self):
+        if self.wpre not in (1, 2) or self.splitk < 0:
+            raise ValueError(f"Tactic {self.name}: wpre must be 1 or 2 and splitk >= 0, got {self.wpre}, {self.splitk}")
 
     @property
     def bm(self) -> int:
@@ -131,6 +137,10 @@ TACTICS = {
         Tactic("m32sk", wn=4, wm=2, tpw=2, mtw=2, splitk=0),
         Tactic("m64sk", wn=2, wm=2, tpw=2, mtw=4, splitk=0),
         Tactic("m64w", wn=4, wm=2, tpw=2, mtw=4),  # BM 64, BN 128
+        # two weight stages in flight (the kernel is latency-bound: one 16-byte load per lane per
+        # tile per stage, consumed right after one stage of MMAs)
+        Tactic("m16skp2", wn=4, wm=1, tpw=2, mtw=2, splitk=0, wpre=2),
+        Tactic("m64p2", wn=2, wm=2, tpw=2, mtw=4, wpre=2),
     )
 }
 
@@ -404,6 +414,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         e(1, f"srow_{mt} = (wm * {8 * MTW} + {8 * mt} + g) * {RS}")
 
     def load_a(ind, stage, pref):
+        stage = f"({stage})"  # an expression: keep it one operand
         for j in range(NCH):
             e(ind, f"ch = tid + {j * T}")
             e(ind, "ar = ch >> 3")
@@ -415,6 +426,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, f"{pref}_{j} = Z4")
 
     def load_w(ind, stage, pref):
+        stage = f"({stage})"  # an expression: keep it one operand
         if W8:
             return load_w8(ind, stage, pref)
         e(ind, f"if {stage} < n_full and {stage} < st_end:")
@@ -441,6 +453,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, f"{pref}_{i} = Z4")
 
     def load_w8(ind, stage, pref):
+        stage = f"({stage})"  # an expression: keep it one operand
         # 8-bit: a tile's full chunk is two 512-byte warp loads (16 bytes per lane each), a half chunk one
         e(ind, f"if {stage} < n_full and {stage} < st_end:")
         for i in range(TPW):
@@ -471,6 +484,8 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
 
     load_a(1, "st_beg", "ra")
     load_w(1, "st_beg", "w")
+    if tac.wpre == 2:  # weights two stages ahead: w (this stage), v (next), u (loaded each stage)
+        load_w(1, "st_beg + 1", "v")
     e(1, "st = st_beg")
     e(1, "while st < st_end:")
     # stage the activation tile
@@ -483,7 +498,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     e(2, "cuda.syncthreads()")
     e(2, "nst = st + 1")
     load_a(2, "nst", "ra")
-    load_w(2, "nst", "v")
+    load_w(2, "nst" if tac.wpre == 1 else "st + 2", "v" if tac.wpre == 1 else "u")
     # compute
     for bb in range(BPS):
         if BS <= 64:
@@ -577,11 +592,10 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                 e(3, f"as_{mt}_1 = np.float32(0)")
     e(2, "cuda.syncthreads()")
     for i in range(TPW):
-        if W8:
-            e(2, f"w_{i}_0 = v_{i}_0")
-            e(2, f"w_{i}_1 = v_{i}_1")
-        else:
-            e(2, f"w_{i} = v_{i}")
+        for x in (("_0", "_1") if W8 else ("",)):
+            e(2, f"w_{i}{x} = v_{i}{x}")
+            if tac.wpre == 2:
+                e(2, f"v_{i}{x} = u_{i}{x}")
     e(2, "st = nst")
     # epilogue
     if tac.splitk != 1:
