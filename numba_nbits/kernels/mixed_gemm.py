@@ -59,9 +59,8 @@ activation rows, so the block tile is ``BN = 16*TPW*WN`` by ``BM = 8*MTW*WM``. K
 (16-byte global loads into registers one stage ahead: register double buffering; rows padded to
 33 words so the fragment reads are bank-conflict free for block >= 64), while every warp streams
 its weight words straight from global memory into registers one stage ahead (two for tactics
-with ``wpre=2``; 16-byte
-``ld.global.nc``, two per tile for 8-bit; warps sharing rows hit L1). Weights are converted once
-per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)``
+with ``wpre=2``; 16-byte ``ld.global.nc``, two per tile for 8-bit; warps sharing rows hit L1).
+Weights are converted once per warp and reused for ``MTW`` MMAs. ``TACTICS`` lists the tile shapes; ``default_tactic(M)``
 picks by M.
 
 Split-K tactics (``splitk != 1``; grid z = splits, see ``split_count``): block ``z`` runs its own
