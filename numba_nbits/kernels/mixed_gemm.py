@@ -354,7 +354,7 @@ def prepack(weights, arch: int = 80) -> Packed:
 
 # ------------------------------------------------------------------------------ kernel source
 
-def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int, BITS: int = 4) -> str:
+def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int, bits: int = 4) -> str:
     TPW, MTW, WN, WM = tac.tpw, tac.mtw, tac.wn, tac.wm
     BM = tac.bm
     T = tac.threads
@@ -365,7 +365,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     c = _CONST[act]
     NCH = -(-BM * 8 // T)  # 16-byte activation chunks per thread per stage
     TYPED = ZP == "typed"
-    W8 = BITS == 8
+    W8 = bits == 8
     BF = act == "bfloat16"
     NV = 2 if W8 else 1  # 16-byte weight loads per tile per stage
     L = []
