@@ -162,7 +162,7 @@ def _skip(mg, tac, M, N, K, every):
     return ""
 
 
-def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None):
+def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, rows=None, failed=None):
     from numba import cuda
     from numba.cuda.cudadrv import driver as nbdrv
 
@@ -177,8 +177,9 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None):
 
     timer = Timer(sim)
     skipped = [] if skipped is None else skipped
+    failed = [] if failed is None else failed
     rng = np.random.default_rng(0)
-    rows = []
+    rows = [] if rows is None else rows
     handle = None
     if not sim:
         from numba_nbits.dispatch import cublas
@@ -219,20 +220,25 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None):
                         skipped.append(f"{N}x{K} {bits}-bit M={M} {tname}: {why}")
                         continue
                     p = Problem(M=M, N=N, K=K, bits=bits, block_size=BLOCK, dtype=DTYPE)
-                    plan = mixed_gemm.build(w, p, None, tname)
-                    if copies is None:
-                        copies = (_dev_copy(plan.packed.bq, R), _dev_copy(plan.packed.scales, R))
-                    a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
-                    poison(M)
-                    t_chk = _checked(lambda: plan.run(a, y, 0), sim)  # compiles once per tactic
-                    err = err_of(M)
-                    launches = []
-                    for r in range(R):
-                        L = _clone_launch(plan, {1: copies[0][r], 2: copies[1][r]})
-                        L.set_array(0, a.view(np.uint32, (M * K // 2,)))
-                        L.set_array(6, y.view(np.float16, (M * N,)))
-                        launches.append(L.launch)
-                    us = timer(launches, t_chk)
+                    try:  # one tactic failing to compile or launch must not lose the rest of the run
+                        plan = mixed_gemm.build(w, p, None, tname)
+                        if copies is None:
+                            copies = (_dev_copy(plan.packed.bq, R), _dev_copy(plan.packed.scales, R))
+                        a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
+                        poison(M)
+                        t_chk = _checked(lambda: plan.run(a, y, 0), sim)  # compiles once per tactic
+                        err = err_of(M)
+                        launches = []
+                        for r in range(R):
+                            L = _clone_launch(plan, {1: copies[0][r], 2: copies[1][r]})
+                            L.set_array(0, a.view(np.uint32, (M * K // 2,)))
+                            L.set_array(6, y.view(np.float16, (M * N,)))
+                            launches.append(L.launch)
+                        us = timer(launches, t_chk)
+                    except Exception as e:  # noqa: BLE001 - reported, counted, exit status 1
+                        failed.append(f"{N}x{K} {bits}-bit M={M} {tname}: {type(e).__name__}: {e}")
+                        print("  FAILED " + failed[-1], flush=True)
+                        continue
                     _row(rows, (N, K), M, bits, f"mixed_gemm/{tname}", us,
                          nbits_bytes(M, N, K, bits, BLOCK, DTYPE).total, err)
             del copies
@@ -333,23 +339,27 @@ def main(argv=None):
     name = getattr(dev, "name", "simulator")
     print(f"# {name.decode() if isinstance(name, bytes) else name}; tactics {tactics}; shapes {shapes}; M {ms}")
     t0 = time.perf_counter()
-    skipped = []
-    rows = run(shapes, ms, tactics, sim, bits_list, args.every, skipped)
+    skipped, rows, failed = [], [], []
     out_dir = os.environ.get("OUT") or "."
     path = os.path.join(out_dir, "bench_mixed_gemm.csv")
-    with open(path, "w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=COLUMNS)
-        wr.writeheader()
-        wr.writerows(rows)
+    try:
+        run(shapes, ms, tactics, sim, bits_list, args.every, skipped, rows, failed)
+    finally:  # the rows measured so far, whatever happens
+        with open(path, "w", newline="") as fh:
+            wr = csv.DictWriter(fh, fieldnames=COLUMNS)
+            wr.writeheader()
+            wr.writerows(rows)
     print(f"\n{len(skipped)} (tactic, M) rows not timed (--every times them):")
     for line in skipped:
         print("  " + line)
     print()
     print(summary(rows))
     bad = [r for r in rows if r["rel_err"] is not None and not r["rel_err"] < TOL]
+    for line in failed:
+        print("FAILED " + line)
     print(f"\nwrote {path} ({len(rows)} rows, {time.perf_counter() - t0:.0f}s); "
-          f"{len(bad)} rows over the fp16 tolerance {TOL}")
-    return 1 if bad else 0
+          f"{len(bad)} rows over the fp16 tolerance {TOL}; {len(failed)} rows failed")
+    return 1 if (bad or failed) else 0
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def test_bench_mixed_gemm_tiny(tmp_path, monkeypatch, capsys):
             assert float(r["rel_err"]) < bench.TOL
     assert sum(1 for r in rows if r["rel_err"]) == 3  # the dense row is checked on the first bits' pass
     out = capsys.readouterr().out
-    assert "best tactic" in out and "0 rows over the fp16 tolerance" in out
+    assert "best tactic" in out and "0 rows over the fp16 tolerance" in out and "0 rows failed" in out
     assert "16x128 8-bit M=3 m16sk: split-K would not split" in out  # K = 128: nothing to split
 
 
@@ -75,3 +75,29 @@ def test_bench_skips_hopeless_rows():
     assert bench._skip(X, T["m128"], 4096, 128256, 4096, False) == ""
     assert bench._skip(X, T["m16sk"], 16, 4096, 4096, False) == ""  # 32 tiles: splits
     assert bench._skip(X, T["m16sk"], 256, 128256, 4096, False) == "split-K would not split"
+
+
+def test_bench_reports_a_failing_tactic(tmp_path, monkeypatch, capsys):
+    """A tactic that fails is reported and counted (exit status 1); the other rows are still written."""
+    bench = _load()
+    from numba_nbits.kernels import mixed_gemm as X
+
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setitem(X.TACTICS, "broken", X.Tactic("broken", wn=4, wm=1, tpw=2, mtw=2))
+
+    def boom(*a, **k):
+        raise RuntimeError("no launch")
+
+    real_build = X.build
+    monkeypatch.setattr(X, "build", lambda w, p, c, t, *r: boom() if t == "broken" else real_build(w, p, c, t, *r))
+    monkeypatch.setattr(bench, "_dense_runner", lambda *a: ([lambda: None], "dense_fp16/stub"))
+    monkeypatch.setattr(bench, "_checked", lambda fn, sim: 1.0)  # no kernel runs: logic only
+    monkeypatch.setattr(bench, "_row", lambda rows, shape, M, bits, subject, us, nb, err: rows.append(
+        {"shape": "x", "M": M, "bits": bits, "block": 128, "route/tactic": subject, "us": us, "TFLOP/s": 1.0,
+         "TB/s": 1.0, "rel_err": None}))
+    assert bench.main(["--tiny", "--tactics", "broken,m16", "--bits", "4"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED 16x128 4-bit M=3 broken: RuntimeError: no launch" in out and "1 rows failed" in out
+    with open(tmp_path / "bench_mixed_gemm.csv") as fh:
+        subjects = [r["route/tactic"] for r in csv.DictReader(fh)]
+    assert subjects == ["mixed_gemm/m16", "dequant_cublas", "dense_fp16/stub"]
