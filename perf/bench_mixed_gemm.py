@@ -14,7 +14,7 @@ streams its weights from HBM. The mixed GEMM rotates its prepacked B + scales (i
 each copy), dequantize + cuBLAS rotates whole plans (weights + their fp16 scratch), dense cuBLAS
 rotates fp16 W copies. Every launch is bracketed by CUDA events on the legacy default stream (the
 one every subject launches on); the row gives the median over ``reps`` launches after a warm-up
-(reps sized so one row costs about 0.2 s of GPU time, 5 to 30; the first, compiling call of a
+(reps sized so one row costs about 0.1 s of GPU time, 5 to 20; the first, compiling call of a
 row is the checked one and is not timed). The dense W is the dequantized W
 (copied from the dequant plan's scratch), so every row is checked against the float64 oracle
 (``reference.matmul_nbits_ref``) on a sample: output rows < 16 and the first and last 64 columns.
@@ -47,7 +47,7 @@ BITS = (4, 8)
 BLOCK = 128
 DTYPE = "float16"
 L2_BYTES = 60 << 20
-ROW_GPU_S = 0.2  # GPU seconds one timed row may take (sets reps)
+ROW_GPU_S = 0.1  # GPU seconds one timed row may take (sets reps; keeps the full run under 4 minutes)
 TINY = dict(shapes=[(16, 128)], ms=[3])
 COLUMNS = ["shape", "M", "bits", "block", "route/tactic", "us", "TFLOP/s", "TB/s", "rel_err"]
 TOL = 2e-3  # reference.TOLERANCES["float16"]
@@ -81,7 +81,7 @@ class Timer:
         from bench_mma import _events_time
 
         est = self._once(launches[-1])  # warm-up doubles as the estimate
-        reps = int(min(30, max(5, ROW_GPU_S * 1e6 / max(est, 1.0))))
+        reps = int(min(20, max(5, ROW_GPU_S * 1e6 / max(est, 1.0))))
         return _events_time(launches, iters=reps, warmup=1 if est > 5000 else min(3, len(launches)))
 
 
