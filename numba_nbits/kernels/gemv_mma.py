@@ -77,12 +77,54 @@ _CONST = {
 
 @dataclass(frozen=True)
 class Tactic:
-    """Launch shape: ``tpw`` 16-row tiles per block, ``warps`` split-K warps, ``unroll``
-    super-chunks loaded per iteration (all compile-time)."""
+    """Launch shape (all compile-time): ``tpw`` 16-row tiles per block, ``warps`` split-K warps,
+    ``unroll`` super-chunks per pipeline stage (register double buffering: the next stage is loaded
+    before the current one is computed).
+
+    Variants added for the M=1 bandwidth work (defaults = the original kernel; see "Memory-level
+    parallelism" in the module docstring):
+
+    * ``pf``: what one pipeline stage prefetches. 0: weights only (scales, zero points and
+      activations are loaded when the stage is computed, so each iteration waits one more
+      memory latency); 1: scales (as 32-bit words, one or two per tile, 16 bytes at block 16) and
+      zero points too; 2: activations too (everything the stage needs is in registers).
+    * ``ksplit``: CTAs splitting K of one tile group (split-K across CTAs). Each writes fp32
+      partials to a per-plan workspace; the last to arrive (atomic counter) sums the slices in a
+      fixed order (deterministic) and stores Y. More CTAs for small N (4096 rows = 256 tiles, under
+      2 CTAs per SM) and finer work units against the tail of the last wave. The workspace makes
+      a plan unsafe to run concurrently on two streams (like any split-K workspace).
+    """
 
     tpw: int = 1
     warps: int = 8
     unroll: int = 2
+    pf: int = 0
+    ksplit: int = 1
+
+    def __post_init__(self):
+        if self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1:
+            raise ValueError(f"bad gemv_mma tactic {self}")
+
+    @property
+    def tag(self) -> str:
+        """Short name (kernel names, sweep tables): ``t2w8u1`` plus ``p1``/``k4`` when not default."""
+        s = f"t{self.tpw}w{self.warps}u{self.unroll}"
+        if self.pf:
+            s += f"p{self.pf}"
+        if self.ksplit > 1:
+            s += f"k{self.ksplit}"
+        return s
+
+    @staticmethod
+    def parse(tag: str) -> "Tactic":
+        """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
+        import re
+
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?", tag)
+        if not m:
+            raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
+        t, w, u, p, k = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1))
 
 
 def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
@@ -166,12 +208,13 @@ def unpack_codes_from_mma(words: np.ndarray, N: int, K_pad: int, block_size: int
 
 
 def _per_block_layout(vals: np.ndarray, N: int, kb_pad: int, ks: int, block_size: int, dtype) -> np.ndarray:
-    """(N, k_blocks) -> [tiles][supers][16][KS/bs] flat, zero padded."""
+    """(N, k_blocks) -> [tiles][supers][8 g][2 h][KS/bs] flat (row 16T + 8h + g), zero padded."""
     n_pad = -(-N // ROW_PAD) * ROW_PAD
     full = np.zeros((n_pad, kb_pad), dtype)
     full[:N, :vals.shape[1]] = vals
     bps = ks // block_size
-    x = full.reshape(n_pad // 16, 16, kb_pad // bps, bps).transpose(0, 2, 1, 3)
+    # rows 16T + 8h + g -> [T][super][g][h][bb]: lane g's scales of rows g and g+8 are adjacent
+    x = full.reshape(n_pad // 16, 2, 8, kb_pad // bps, bps).transpose(0, 3, 2, 1, 4)
     return np.ascontiguousarray(x).reshape(-1)
 
 
@@ -212,8 +255,10 @@ def prepack(weights) -> Packed:
 # ------------------------------------------------------------------------------ kernel source
 
 def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
-    """Python source of the kernel for one specialisation (see module docstring)."""
+    """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
+    PF, KSP = tac.pf, tac.ksplit
+    WS = W * KSP  # warps that share one tile group's K loop (split-K stride)
     KS = max(64, BS)
     CPS = KS // 64
     KG = min(BS, 64)
@@ -228,12 +273,19 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     def e(indent, s):
         L.append("    " * indent + s)
 
-    e(0, "def gemv_mma(a32, bq, sc, zpk, out, M, K, N, n_super):")
+    e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
     e(1, "lane = cuda.threadIdx.x & 31")
     e(1, "warp = cuda.threadIdx.x >> 5")
     e(1, "g = lane >> 2")
     e(1, "t = lane & 3")
-    e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+    if KSP == 1:
+        e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+        e(1, "gw = np.int64(warp)")
+    else:
+        e(1, f"grp = np.int64(cuda.blockIdx.x) // {KSP}")
+        e(1, f"split = np.int64(cuda.blockIdx.x) % {KSP}")
+        e(1, "tile0 = grp * TPW")
+        e(1, f"gw = split * {W} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     if ZP == "none":
         e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
@@ -248,40 +300,19 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         e(1, f"ok_{mt} = row_{mt} < M")
         e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
 
-    def load_weights(indent, prefix, base_expr):
-        for u in range(U):
-            e(indent, f"scl = {base_expr} + {u * W}")
-            e(indent, "if scl < n_super:")
-            for i in range(TPW):
-                for j in range(CPS):
-                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
-            e(indent, "else:")
-            for i in range(TPW):
-                for j in range(CPS):
-                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = Z4")
-
-    e(1, "base = np.int64(warp)")
-    load_weights(1, "w", "base")
-    e(1, "while base < n_super:")
-    e(2, f"nb = base + {W * U}")
-    load_weights(2, "v", "nb")
-    for u in range(U):
-        e(2, f"sc_ = base + {u * W}")
-        e(2, "if sc_ < n_super:")
-        ind = 3
-        e(ind, f"k0 = sc_ * {KS}")
-        # activation loads: for each m-tile and k-group, the lane's 4*SG contiguous values
+    def load_act(ind, dst, k0):
+        """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
         for mt in range(MT):
             for G in range(NG):
-                e(ind, f"ka = k0 + {G * KG} + {4 * SG} * t")
+                e(ind, f"ka = {k0} + {G * KG} + {4 * SG} * t")
                 if SG == 1:
                     e(ind, f"if ok_{mt} and ka < K:")
                     e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
-                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(a32[ix])")
-                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                    e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(a32[ix])")
+                    e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
                     e(ind, "else:")
-                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(0)")
-                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(0)")
+                    e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(0)")
+                    e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(0)")
                 else:
                     for q in range(SG // 2):
                         e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
@@ -289,15 +320,92 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                         e(ind, "else:")
                         e(ind + 1, "bv = Z4")
                         for x in range(4):
-                            e(ind, f"b_{mt}_{G}_{4 * q + x} = bv[{x}]")
+                            e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
+
+    n_act = 2 if SG == 1 else 4 * (SG // 2)
+    stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
+
+    def load_stage(indent, p, base_expr):
+        """Load one pipeline stage (``U`` super-chunks): weights; with PF >= 1 also scales (and zero
+        points); with PF >= 2 also activations. Out-of-range super-chunks get zeros (never computed)."""
+        for u in range(U):
+            e(indent, f"scl = {base_expr} + {u * WS}")
+            e(indent, "if scl < n_super:")
+            zeros = []
+            for i in range(TPW):
+                for j in range(CPS):
+                    e(indent + 1, f"{p}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
+                    zeros.append((f"_{u}_{i}_{j}", "Z4"))
+                if PF >= 1:
+                    e(indent + 1, f"tsc = (tile0 + {i}) * n_super + scl")
+                    if BPS == 4:  # 4 words = one 16-byte load
+                        e(indent + 1, f"sv = ldg_v4(sw, tsc * 8 + g)")
+                        for q in range(4):
+                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = sv[{q}]")
+                    else:
+                        for q in range(BPS):
+                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = np.uint32(sw[tsc * {8 * BPS} + g * {BPS} + {q}])")
+                    zeros += [(f"sc_{u}_{i}_{q}", "np.uint32(0)") for q in range(BPS)]
+                    if ZP == "packed":
+                        for h in range(2):
+                            for bb in range(BPS):
+                                e(indent + 1, f"{p}zp_{u}_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * BPS} + g * {2 * BPS} + {h * BPS + bb}])")
+                                zeros.append((f"zp_{u}_{i}_{h}_{bb}", "np.uint32(0)"))
+            if PF >= 2:
+                load_act(indent + 1, f"{p}ac_{u}", f"scl * {KS}")
+                zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(MT) for G in range(NG)
+                          for x in range(n_act)]
+            e(indent, "else:")
+            for suf, z in zeros:
+                e(indent + 1, f"{p}{suf} = {z}")
+            if p == "v":
+                stage.extend(suf for suf, _ in zeros)
+
+    def scale_expr(u, i, jh):
+        """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
+        wd = f"wsc_{u}_{i}_{jh >> 1}"
+        hi = jh & 1
+        if act == "bfloat16":
+            return f"u32_as_f32({wd} & np.uint32(0xFFFF0000))" if hi else f"u32_as_f32({wd} << np.uint32(16))"
+        # fp16 bits -> fp32: exponent/mantissa moved into place (an fp32 2^-112 times the value, exact
+        # also for subnormals and zero), then scaled by 2^112; sign bit copied.
+        bits = (f"(({wd} & np.uint32(0x80000000)) | (({wd} >> np.uint32(3)) & np.uint32(0x0FFFE000)))" if hi else
+                f"((({wd} & np.uint32(0x8000)) << np.uint32(16)) | (({wd} & np.uint32(0x7FFF)) << np.uint32(13)))")
+        return f"u32_as_f32({bits}) * F112"
+
+    e(1, "base = gw")
+    load_stage(1, "w", "base")
+    e(1, "while base < n_super:")
+    e(2, f"nb = base + {WS * U}")
+    load_stage(2, "v", "nb")
+    for u in range(U):
+        e(2, f"sc_ = base + {u * WS}")
+        e(2, "if sc_ < n_super:")
+        ind = 3
+        if PF >= 2:
+            for mt in range(MT):
+                for G in range(NG):
+                    for x in range(n_act):
+                        e(ind, f"b_{mt}_{G}_{x} = wac_{u}_{mt}_{G}_{x}")
+        else:
+            e(ind, f"k0 = sc_ * {KS}")
+            load_act(ind, "b", "k0")
         for i in range(TPW):
-            e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {BPS}")
+            if PF == 0:
+                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {2 * BPS}")
             for bb in range(BPS):
-                e(ind, f"s_lo = ld(sc, sb + {bb})")
-                e(ind, f"s_hi = ld(sc, sb + {8 * BPS + bb})")
-                if ZP == "packed":
-                    e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
-                    e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {8 * BPS + bb}])) * np.uint32(65537)")
+                if PF == 0:
+                    e(ind, f"s_lo = ld(sc, sb + {bb})")
+                    e(ind, f"s_hi = ld(sc, sb + {BPS + bb})")
+                    if ZP == "packed":
+                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
+                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {BPS + bb}])) * np.uint32(65537)")
+                else:
+                    e(ind, f"s_lo = {scale_expr(u, i, bb)}")
+                    e(ind, f"s_hi = {scale_expr(u, i, BPS + bb)}")
+                    if ZP == "packed":
+                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | wzp_{u}_{i}_0_{bb}) * np.uint32(65537)")
+                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | wzp_{u}_{i}_1_{bb}) * np.uint32(65537)")
                 for mt in range(MT):
                     for r in range(4):
                         e(ind, f"p_{mt}_{r} = np.float32(0)")
@@ -318,10 +426,8 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                     e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
                     e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
                     e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
-    for u in range(U):
-        for i in range(TPW):
-            for j in range(CPS):
-                e(2, f"w_{u}_{i}_{j} = v_{u}_{i}_{j}")
+    for suf in stage:
+        e(2, f"w{suf} = v{suf}")
     e(2, "base = nb")
     # cross-warp reduction and store
     e(1, f"red = cuda.shared.array({W * E}, np.float32)")
@@ -330,20 +436,57 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
             for r in range(4):
                 e(1, f"red[warp * {E} + {((i * MT + mt) * 4 + r) * 32} + lane] = acc_{i}_{mt}_{r}")
     e(1, "cuda.syncthreads()")
-    e(1, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
-    e(2, "tot = np.float32(0)")
-    e(2, f"for ww in range({W}):")
-    e(3, f"tot += red[ww * {E} + ent]")
-    e(2, "slot = ent >> 5")
-    e(2, "ln = ent & 31")
-    e(2, "r = slot & 3")
-    e(2, "it = slot >> 2")
-    e(2, f"mt = it % {MT}")
-    e(2, f"i = it // {MT}")
-    e(2, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
-    e(2, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
-    e(2, "if m < M and n < N:")
-    e(3, "st(out, np.int64(m) * N + n, tot)")
+
+    def entries(ind, body):
+        e(ind, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
+        body(ind + 1)
+
+    def position(ind):
+        e(ind, "slot = ent >> 5")
+        e(ind, "ln = ent & 31")
+        e(ind, "r = slot & 3")
+        e(ind, "it = slot >> 2")
+        e(ind, f"mt = it % {MT}")
+        e(ind, f"i = it // {MT}")
+        e(ind, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
+        e(ind, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
+
+    def reduce_store(ind):
+        e(ind, "tot = np.float32(0)")
+        e(ind, f"for ww in range({W}):")
+        e(ind + 1, f"tot += red[ww * {E} + ent]")
+        position(ind)
+        e(ind, "if m < M and n < N:")
+        if KSP == 1:
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+        else:  # this split's partial sums -> workspace slice ``split``
+            e(ind + 1, "ws[(split * M + m) * N + n] = tot")
+
+    entries(1, reduce_store)
+    if KSP > 1:
+        # last CTA of the group to arrive sums the KSP slices in a fixed order (deterministic) and stores;
+        # it resets the group's counter for the next launch (stream order makes that safe)
+        e(1, "cuda.threadfence()")
+        e(1, "cuda.syncthreads()")
+        e(1, "flag = cuda.shared.array(1, np.int32)")
+        e(1, "if cuda.threadIdx.x == 0:")
+        e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
+        e(2, f"flag[0] = np.int32(1) if old == {KSP - 1} else np.int32(0)")
+        e(1, "cuda.syncthreads()")
+        e(1, "if flag[0] == 1:")
+        e(2, "cuda.threadfence()")
+
+        def final(ind):
+            position(ind)
+            e(ind, "if m < M and n < N:")
+            e(ind + 1, "tot = np.float32(0)")
+            for sp in range(KSP):
+                e(ind + 1, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+
+        entries(2, final)
+        e(2, "if cuda.threadIdx.x == 0:")
+        e(3, "cnt[grp] = np.int32(0)")
     return "\n".join(L) + "\n"
 
 
@@ -357,12 +500,14 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
+        "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
     }
-    name = f"gemv_mma_w4_{act}_mt{MT}_t{tac.tpw}w{tac.warps}u{tac.unroll}_b{BS}_{ZP}"
+    name = f"gemv_mma_w4_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}"
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["gemv_mma"]
     fn.__name__ = name
-    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
+    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
+                array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
     return Kernel(fn, argtypes, name=name, fastmath=False)
 
@@ -389,16 +534,25 @@ class GemvMmaPlan:
         dummy_a = weights.dummy(np.uint32)
         dummy_y = weights.dummy(self._elem)
         sc = pk.scales
-        grid = -(-self.N // (TILE_N * tactic.tpw))
+        sw = sc.view(np.uint32, (sc.shape[0] // 2,))
+        groups = -(-self.N // (TILE_N * tactic.tpw))
+        grid = groups * tactic.ksplit
+        if tactic.ksplit > 1:  # per-plan split-K workspace; counters start at 0 and are reset by the kernel
+            self._ws = to_device(np.zeros(tactic.ksplit * M * self.N, np.float32), weights.simulated)
+            self._cnt = to_device(np.zeros(groups, np.int32), weights.simulated)
+        else:
+            self._ws = weights.dummy(np.float32)
+            self._cnt = weights.dummy(np.int32)
         self._launch = k.bind(grid, 32 * tactic.warps,
-                              (dummy_a, pk.bq, sc, zp, dummy_y, M, self.K, self.N, pk.n_super))
+                              (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
+                               pk.n_super))
 
     def run(self, a: DevArray, out: DevArray, stream: int = 0) -> None:
         M, K, N = self.M, self.K, self.N
         if a.ptr % 16:
             raise ValueError("gemv_mma: A must be 16-byte aligned")
         self._launch.set_array(0, a.view(np.uint32, (M * K // 2,)))
-        self._launch.set_array(4, out.view(self._elem, (M * N,)))
+        self._launch.set_array(5, out.view(self._elem, (M * N,)))
         self._launch.launch(stream)
 
 
