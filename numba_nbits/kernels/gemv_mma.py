@@ -93,6 +93,10 @@ class Tactic:
       fixed order (deterministic) and stores Y. More CTAs for small N (4096 rows = 256 tiles, under
       2 CTAs per SM) and finer work units against the tail of the last wave. The workspace makes
       a plan unsafe to run concurrently on two streams (like any split-K workspace).
+    * ``stages``: register pipeline depth. 2 is double buffering (``unroll`` super-chunks in flight
+      while as many are computed); 3 or 4 keep 2 or 3 stages in flight (a register ring rotated
+      by loop-carried copies, which the compiler turns into renames): more bytes in flight per
+      register than a larger ``unroll``.
     """
 
     tpw: int = 1
@@ -100,9 +104,11 @@ class Tactic:
     unroll: int = 2
     pf: int = 0
     ksplit: int = 1
+    stages: int = 2
 
     def __post_init__(self):
-        if self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1:
+        if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
+                or self.stages not in (2, 3, 4)):
             raise ValueError(f"bad gemv_mma tactic {self}")
 
     @property
@@ -113,6 +119,8 @@ class Tactic:
             s += f"p{self.pf}"
         if self.ksplit > 1:
             s += f"k{self.ksplit}"
+        if self.stages != 2:
+            s += f"s{self.stages}"
         return s
 
     @staticmethod
@@ -120,11 +128,11 @@ class Tactic:
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
         import re
 
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k = m.groups()
-        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1))
+        t, w, u, p, k, st = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2))
 
 
 def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
@@ -257,7 +265,7 @@ def prepack(weights) -> Packed:
 def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
-    PF, KSP = tac.pf, tac.ksplit
+    PF, KSP, S = tac.pf, tac.ksplit, tac.stages
     WS = W * KSP  # warps that share one tile group's K loop (split-K stride)
     KS = max(64, BS)
     CPS = KS // 64
@@ -361,6 +369,9 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
             if p == "v":
                 stage.extend(suf for suf, _ in zeros)
 
+    # register ring: "w" (computed now), "x1".."x{S-2}" (in flight), "v" (issued this iteration)
+    ring = ["w"] + [f"x{r}" for r in range(1, S - 1)] + ["v"]
+
     def scale_expr(u, i, jh):
         """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
         wd = f"wsc_{u}_{i}_{jh >> 1}"
@@ -374,10 +385,11 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         return f"u32_as_f32({bits}) * F112"
 
     e(1, "base = gw")
-    load_stage(1, "w", "base")
+    for r in range(S - 1):
+        load_stage(1, ring[r], f"base + {r * WS * U}")
     e(1, "while base < n_super:")
     e(2, f"nb = base + {WS * U}")
-    load_stage(2, "v", "nb")
+    load_stage(2, "v", f"base + {(S - 1) * WS * U}")
     for u in range(U):
         e(2, f"sc_ = base + {u * WS}")
         e(2, "if sc_ < n_super:")
@@ -426,8 +438,9 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                     e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
                     e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
                     e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
-    for suf in stage:
-        e(2, f"w{suf} = v{suf}")
+    for r in range(S - 1):
+        for suf in stage:
+            e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
     e(2, "base = nb")
     # cross-warp reduction and store
     e(1, f"red = cuda.shared.array({W * E}, np.float32)")
