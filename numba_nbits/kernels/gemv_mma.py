@@ -135,8 +135,46 @@ class Tactic:
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2))
 
 
+#: Tuned tactics: ``(N, K, block_size, m_class) -> tactic tag`` (``Tactic.parse``), ``m_class`` =
+#: ``m_class(M)``; fitted to an H200 run of ``perf/sweep_gemv_m1.py`` (``--fit`` prints this table).
+#: Empty until that run: ``default_tactic`` then uses its rule below. ``tuned_tactic`` serves other
+#: shapes from the nearest swept one. Tags with ``k`` (split-K across CTAs) make a plan own a
+#: workspace, so the fit takes them only when they win by a clear margin (see the sweep script).
+TUNED: dict = {}
+
+
+def m_class(M: int) -> int:
+    """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
+    return 1 if M <= 1 else 8 if M <= 8 else 16
+
+
+def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None = None) -> Tactic | None:
+    """The ``TUNED`` tactic of the nearest swept shape with the same ``m_class`` (block 16 uses the
+    block-32 entries, 64 the block-128 ones, when it has none of its own), by distance in
+    ``log N + log K``; None when the table is empty for that class or the nearest shape is more than
+    2x away in N or in K (tiny routers etc. keep the rule)."""
+    import math
+
+    table = TUNED if table is None else table
+    mc = m_class(M)
+    for bs in dict.fromkeys((block_size, {16: 32, 64: 128}.get(block_size, block_size))):
+        best = None
+        for (n, k, b, c), tag in table.items():
+            if b != bs or c != mc:
+                continue
+            dn, dk = abs(math.log2(N / n)), abs(math.log2(K / k))
+            if dn > 1 or dk > 1:
+                continue
+            if best is None or dn + dk < best[0]:
+                best = (dn + dk, tag)
+        if best is not None:
+            return Tactic.parse(best[1])
+    return None
+
+
 def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
-    """Pick the launch shape; rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
+    """Pick the launch shape: the ``TUNED`` table (``tuned_tactic``) when it covers the shape, else
+    rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
     1/2/4) on the H200 (2026-11-30, 4-bit g32 fp16, M 1/4/16, 4096x4096, 28672x8192, 8192x28672,
     128256x4096), where they pick the best tactic or one within 2% of it, except 4096x4096 (within 7%):
 
@@ -147,6 +185,9 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
     * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
       (the two-m-tile kernel's registers: 128256x4096 M=16 183 us with 4 warps vs 219 us with 8).
     """
+    tuned = tuned_tactic(N, K, block_size, M)
+    if tuned is not None:
+        return tuned
     tiles = -(-N // TILE_N)
     big = tiles // 2 >= 132
     tpw = 2 if big else 1
@@ -532,11 +573,11 @@ class GemvMmaPlan:
 
     route = ROUTE
 
-    def __init__(self, weights, M: int, tactic: Tactic):
+    def __init__(self, weights, M: int, tactic: Tactic, packed: Packed | None = None):
         self.M, self.N, self.K = M, weights.N, weights.K
         self.dtype = weights.dtype
         self.tactic = tactic
-        pk = prepack(weights)
+        pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
         MT = 1 if M <= 8 else 2
         k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind)
@@ -569,11 +610,12 @@ class GemvMmaPlan:
         self._launch.launch(stream)
 
 
-def build(weights, problem, config=None, tactic: Tactic | None = None) -> GemvMmaPlan:
-    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``."""
+def build(weights, problem, config=None, tactic: Tactic | None = None, packed: Packed | None = None) -> GemvMmaPlan:
+    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``;
+    ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks)."""
     if not supports(problem):
         raise ValueError(f"gemv_mma does not support {problem.describe()}")
     if weights.bits != 4 or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
         raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
     tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M)
-    return GemvMmaPlan(weights, problem.M, tac)
+    return GemvMmaPlan(weights, problem.M, tac, packed)
