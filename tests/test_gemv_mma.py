@@ -90,7 +90,7 @@ if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations
         (1, 24, 64, 128, "float16", "none", T(1, 1, 1, pf=2, ksplit=4)),  # splits with no K at all
         (1, 16, 320, 32, "float16", "packed", T(1, 1, 1, pf=1, stages=3)),  # 3-stage register ring
         (4, 16, 256, 16, "bfloat16", "none", T(1, 1, 1, pf=2, stages=4)),
-        (1, 40, 384, 64, "float16", "none", T(2, 2, 1, pf=2, ksplit=2, stages=3)),
+        (1, 40, 384, 64, "float16", "none", T(2, 2, 1, pf=2, ksplit=2, stages=3, minb=4)),  # minb: GPU-only
     ]
 else:
     VARIANTS = [(M, N, K, bs, dt, zp, T(tp, w, u, pf, ks, st))
@@ -125,9 +125,11 @@ def test_gemv_mma_prefetched_scale_bits(rng, dtype):
 
 
 def test_tactic_tags():
-    for tac in (T(), T(2, 4, 1), T(1, 8, 2, 2), T(2, 8, 1, 1, 3), T(1, 4, 1, 0, 4), T(1, 8, 1, 2, 1, 3), T(2, 4, 1, 1, 2, 4)):
+    for tac in (T(), T(2, 4, 1), T(1, 8, 2, 2), T(2, 8, 1, 1, 3), T(1, 4, 1, 0, 4), T(1, 8, 1, 2, 1, 3), T(2, 4, 1, 1, 2, 4),
+                T(2, 8, 1, minb=4), T(1, 4, 1, 2, 2, 3, 8)):
         assert T.parse(tac.tag) == tac
     assert T().tag == "t1w8u2" and T(2, 8, 1, 1, 3).tag == "t2w8u1p1k3" and T(stages=3).tag == "t1w8u2s3"
+    assert T(1, 4, 1, 2, 2, 3, 8).tag == "t1w4u1p2k2s3b8"
     with pytest.raises(ValueError):
         T(pf=3)
 

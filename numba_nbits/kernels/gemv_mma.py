@@ -46,6 +46,47 @@ shared memory and stored (bias is not fused: the route adds it after). Guards (`
 bits 4, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
 N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked by ``run``).
 
+Memory-level parallelism at M=1 (analysis for the "GEMV family" issue; ptxas numbers from
+``perf/ptx_stats.py``, sm_90a; H200: 132 SMs, 64K registers and <= 64 warps per SM)
+-----------------------------------------------------------------------------------------------
+The H200 needs ~4.26 TB/s x ~0.8-1 us of loaded DRAM latency / 132 SMs = 26-32 KB in flight per
+SM. What the original kernel (``pf=0``) keeps in flight per warp is one stage, ``unroll * tpw *
+KS/64 * 512`` bytes (the stage being computed already arrived): 0.5-2 KB. Occupancy is set by
+registers, not shared memory: the default tactics need 58-98 registers (t2w8u1: 75 at g32, 98 at
+g128), i.e. 2-4 blocks of 8 warps per SM, 16-32 warps. So 28672x8192 g128 (t2w8u1) runs 16 warps
+x 2 KB = 32 KB per SM and g32 24 x 1 KB = 24 KB: at or under the latency-bandwidth product.
+
+* Scales at block 32 are 1/8 of the weight bytes; the original kernel loads them as 2-byte
+  scalars (4 loads per tile per 64 k at g32, lanes of one ``g`` load the same address) *when the
+  stage is computed*, not with the weights; so are the activations (L2 hits, 16-byte loads).
+  Each iteration therefore waits one extra memory latency with nothing else of that warp in
+  flight: the main reason g32 is slower than g128 (76 vs 54 us on 28672x8192; the weights
+  differ by 12%). ``pf=1`` loads the scales with the weights (one 32-bit word per tile per
+  quantisation-block pair: the layout puts a lane's rows g and g+8 side by side; 16 bytes at
+  block 16) and converts fp16 bits to fp32 exactly with integer ops; ``pf=2`` prefetches the
+  activations too.
+* Waves: 28672 rows = 1792 tiles; at tpw 2 that is 896 blocks, at 3 blocks/SM (75 regs) 2.26
+  waves (the third 26% full), at 2/SM (98 regs, g128) 3.39. ``minb`` (launch bounds) trades
+  registers for occupancy (t2w8u1b4: 64 registers, no spill at g32: 4 blocks, 1.7 waves);
+  ``ksplit`` makes the work units smaller (t1w8 k2: 3584 units) and fills small N (4096 rows =
+  256 tiles: under 2 blocks per SM at ksplit 1, hence 7.3 us for 4096x4096). The split-K
+  reduction costs ``ksplit * M * N * 4`` bytes written and read once (0.1% of the weights at M=1)
+  plus one atomic per block.
+* Deeper pipelines: ``stages`` 3-4 keep 2-3 stages in flight for 3-4 stages of registers
+  (double buffering with a larger ``unroll`` keeps ``unroll`` in flight for 2x). Registers are the
+  limit: every 512 bytes in flight per warp costs 4 registers per lane per buffered stage.
+* Instruction overhead per 16 bytes (32 codes) per lane: 4 x (shift, and|or, HFMA2) for the
+  exact ``q - zp`` fp16 pairs = ~12-16 instructions + 4 HMMA + 4 FFMA per quantisation block
+  for the scale. Per SM the weights arrive at ~32 B/clk (4.26 TB/s / 132 / 1.98 GHz), i.e. one
+  warp-load of 512 bytes per 16 clocks against ~16-20 warp instructions for it: about 1/4 of
+  the SM's 4 issue slots per clock. Not the limit, but not free: 8-warp blocks at 32 warps/SM
+  still have 3/4 of the issue bandwidth idle waiting on memory.
+* mma at M=1 wastes 7/8 of the tensor core's N columns, but the tensor core is not the limit;
+  the alternative, a CUDA-core dot product, needs per 8 codes the same 4 decode steps plus 4
+  HFMA2 (fp16 accumulation, outside the fp32 contract unless partial sums are converted every few
+  steps) or 8 FFMA after 8 conversions, instead of one HMMA: the mma kernel issues fewer
+  instructions per byte even at M=1, and stays flat to M=8. No CUDA-core M=1 kernel was added.
+
 The kernel body is generated as Python source with every loop over registers unrolled (so numba
 keeps accumulators and fragments in registers): see ``_gen_source``.
 """
@@ -97,6 +138,11 @@ class Tactic:
       while as many are computed); 3 or 4 keep 2 or 3 stages in flight (a register ring rotated
       by loop-carried copies, which the compiler turns into renames): more bytes in flight per
       register than a larger ``unroll``.
+    * ``minb``: when > 0, ``launch_bounds=(32 * warps, minb)``: ptxas caps the registers so that
+      ``minb`` blocks fit on an SM (65536 registers). The plain kernel needs 71-91 registers at
+      M=1 (ptxas, sm_90a), i.e. 3 blocks of 8 warps per SM; 28672 rows at tpw 2 are then 896 blocks
+      = 2.26 waves of 396: the third wave runs 26% full. ``minb=4`` (64 registers) makes 1.7 waves
+      and 32 resident warps; it may spill (check ``perf/ptx_stats.py``).
     """
 
     tpw: int = 1
@@ -105,10 +151,11 @@ class Tactic:
     pf: int = 0
     ksplit: int = 1
     stages: int = 2
+    minb: int = 0
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
-                or self.stages not in (2, 3, 4)):
+                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32):
             raise ValueError(f"bad gemv_mma tactic {self}")
 
     @property
@@ -121,6 +168,8 @@ class Tactic:
             s += f"k{self.ksplit}"
         if self.stages != 2:
             s += f"s{self.stages}"
+        if self.minb:
+            s += f"b{self.minb}"
         return s
 
     @staticmethod
@@ -128,11 +177,11 @@ class Tactic:
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
         import re
 
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st = m.groups()
-        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2))
+        t, w, u, p, k, st, b = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0))
 
 
 #: Tuned tactics: ``(N, K, block_size, m_class) -> tactic tag`` (``Tactic.parse``), ``m_class`` =
@@ -563,7 +612,8 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
                 array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
-    return Kernel(fn, argtypes, name=name, fastmath=False)
+    opts = {"launch_bounds": (32 * tac.warps, tac.minb)} if tac.minb else {}
+    return Kernel(fn, argtypes, name=name, fastmath=False, **opts)
 
 
 # -------------------------------------------------------------------------------------- plan
