@@ -63,6 +63,18 @@ CAND_MT2 = [
 ]
 CAND_BF16 = ["t1w8u1", "t1w8u2", "t2w8u1", "t1w8u1p1", "t1w8u1p2", "t2w8u1p1", "t2w8u1p2", "t1w8u1p2s3",
              "t1w4u1p2k2", "t1w4u1p2k4"]
+# ORT 1.31.1 CUDA MatMulNBits on the same H200, fp16, symmetric, best of its default chain and fpA_intB
+# (shared/reference/h200-measurements.md): (N, K, block, M) -> us. Printed next to ours for context.
+ORT_US = {
+    (4096, 4096, 32, 1): 6.45, (4096, 4096, 32, 4): 7.47, (4096, 4096, 32, 16): 17.2,
+    (4096, 4096, 128, 1): 6.3, (4096, 4096, 128, 4): 9.05, (4096, 4096, 128, 16): 30.94,
+    (14336, 4096, 32, 1): 13.5, (14336, 4096, 32, 4): 17.55, (14336, 4096, 32, 16): 24.84,
+    (14336, 4096, 128, 1): 13.2, (14336, 4096, 128, 4): 24.39, (14336, 4096, 128, 16): 81.05,
+    (28672, 8192, 32, 1): 38.01, (28672, 8192, 32, 4): 59.82, (28672, 8192, 32, 16): 64.95,
+    (28672, 8192, 128, 1): 43.45, (28672, 8192, 128, 4): 74.98, (28672, 8192, 128, 16): 295.38,
+    (128256, 4096, 32, 1): 83.42, (128256, 4096, 32, 4): 123.51, (128256, 4096, 32, 16): 124.84,
+    (128256, 4096, 128, 1): 95.71, (128256, 4096, 128, 4): 173.07, (128256, 4096, 128, 16): 578.72,
+}
 TINY_SHAPES = [(32, 128)]
 TINY_MS = (1, 4)
 TINY_BLOCKS = (32,)
@@ -342,7 +354,8 @@ def report(rows, log=print):
     by: dict = {}
     for r in rows:
         by.setdefault((r["dtype"], r["block_size"], r["N"], r["K"], r["M"]), []).append(r)
-    log(f"{'case':<34} {'best':<14} {'us':>8} {'TB/s':>6} | {'default':<12} {'us':>8} {'TB/s':>6} | gain  bad")
+    log(f"{'case':<34} {'best':<16} {'us':>8} {'TB/s':>6} | {'default':<12} {'us':>8} {'TB/s':>6} | gain  "
+        f"{'ORT us':>7} | failed")
     for key in sorted(by):
         rs = by[key]
         ok = [r for r in rs if r["correct"] and r["us"] > 0]
@@ -356,7 +369,10 @@ def report(rows, log=print):
         b = min(ok, key=lambda r: r["us"])
         ds = f"{d[0]['tactic']:<12} {d[0]['us']:8.2f} {d[0]['tb_s']:6.2f}" if d else f"{'-':<12} {'':>8} {'':>6}"
         gain = f"{d[0]['us'] / b['us']:.2f}x" if d and d[0]["us"] > 0 else "-"
-        log(f"{name:<34} {b['tactic']:<14} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {bad if bad else ''}")
+        ort = ORT_US.get((N, K, bs, M)) if dt == "float16" else None
+        ort_s = f"{ort:7.2f}" if ort else f"{'-':>7}"
+        log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | "
+            f"{' '.join(bad)}")
 
 
 # -------------------------------------------------------------------------------------- main
