@@ -45,24 +45,28 @@ MS = (1, 4, 16)
 BLOCKS = (32, 128)
 BF16_SHAPES = [(4096, 4096), (28672, 8192)]
 BF16_MS = (1,)
-# Candidate tactics (tags, see gemv_mma.Tactic.tag). MT1 serves M <= 8, MT2 M = 9..16.
-CAND_MT1 = [
-    # the original kernel (pf 0): the defaults of today and their neighbours
-    "t1w8u1", "t1w8u2", "t2w8u1", "t2w8u2", "t2w4u1", "t1w4u2",
-    # scales/zero points (p1) and activations (p2) prefetched with the weights
-    "t1w8u1p1", "t1w8u1p2", "t2w8u1p1", "t2w8u1p2", "t2w4u1p2", "t1w4u2p2", "t2w8u2p1",
-    # deeper register pipeline
-    "t1w8u1p2s3", "t2w8u1p2s3", "t2w4u1p2s3", "t1w8u1p2s4", "t2w4u1p1s4",
-    # split-K across CTAs (small N, long K, tails)
-    "t1w4u1p2k2", "t1w4u1p2k4", "t1w8u1p2k2", "t1w4u2p2k4", "t2w4u1p2k2", "t1w4u1p2k4s3",
+# Candidate tactics (tags, see gemv_mma.Tactic.tag) by (m-tiles, block): MT1 serves M <= 8, MT2 M = 9..16.
+# Chosen with perf/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM; see the gemv_mma
+# docstring): the original kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps
+# or 8 of 4 = 32 warps per SM) while holding more bytes in flight, then split-K for small N / tails.
+_OLD = ["t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2"]
+CANDIDATES = {
+    (1, 32): _OLD + [
+        "t1w8u1p1", "t1w8u1p2", "t1w8u2p1", "t1w8u2p1b4", "t2w8u1b4", "t2w8u1p1b4", "t1w4u2p1",  # prefetch, bounds
+        "t1w8u1p1s3", "t1w8u1p1s3b4", "t1w8u1p1s4b4", "t1w8u1p2s3b4", "t1w4u1p1s3b8",  # deeper pipelines
+        "t1w8u1p1k2", "t1w8u1p1k4", "t1w8u2k2", "t1w4u1p2k4", "t1w4u2p1k2", "t1w8u1p1k2s3b4",  # split-K
+    ],
+    (1, 128): ["t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2"] + [
+        "t1w8u1p1", "t1w8u1p2", "t1w8u2p1b4", "t1w4u1p1", "t2w8u1p1",
+        "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w4u1p1s3b8",  # (t1w8u1p2s3b4 spills 152 bytes at block 128)
+        "t1w8u1p1k2", "t1w8u1p1k4", "t1w4u1p2k4", "t1w8u1p1k2s3b4", "t1w4u1p1k2s3b8",
+    ],
+}
+CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
+    "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w4u1p1", "t1w8u1p1b4", "t2w4u1p1",
+    "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2",
 ]
-CAND_MT2 = [
-    "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2",
-    "t1w8u1p1", "t2w4u1p1", "t2w4u1p2", "t1w4u1p2", "t2w8u1p1",
-    "t1w4u1p1s3", "t2w4u1p1k2", "t1w4u1p2k2",
-]
-CAND_BF16 = ["t1w8u1", "t1w8u2", "t2w8u1", "t1w8u1p1", "t1w8u1p2", "t2w8u1p1", "t2w8u1p2", "t1w8u1p2s3",
-             "t1w4u1p2k2", "t1w4u1p2k4"]
+CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4"]
 # ORT 1.31.1 CUDA MatMulNBits on the same H200, fp16, symmetric, best of its default chain and fpA_intB
 # (shared/reference/h200-measurements.md): (N, K, block, M) -> us. Printed next to ours for context.
 ORT_US = {
@@ -93,12 +97,12 @@ def _cases(tiny: bool):
     return out
 
 
-def _candidates(dtype: str, M: int, tiny: bool):
+def _candidates(dtype: str, M: int, bs: int, tiny: bool):
     if tiny:
         return TINY_CANDS
     if dtype == "bfloat16":
         return CAND_BF16
-    return CAND_MT1 if M <= 8 else CAND_MT2
+    return CANDIDATES[(1 if M <= 8 else 2, bs)]
 
 
 def plan_specs(tiny: bool = False):
@@ -108,7 +112,7 @@ def plan_specs(tiny: bool = False):
     specs: dict = {}
     for case in _cases(tiny):
         N, K, bs, dtype, M = case
-        tags = list(_candidates(dtype, M, tiny))
+        tags = list(_candidates(dtype, M, bs, tiny))
         d = G.default_tactic(N, K, bs, M).tag
         if d not in tags:
             tags.append(d)

@@ -40,7 +40,7 @@ def test_full_plan_is_sane():
     specs = S.plan_specs(False)
     assert len(specs) <= 110  # compile budget (~1-3 s each, spread over worker processes)
     for (dtype, MT, bs, tag), cases in specs.items():
-        G.Tactic.parse(tag)
+        assert G.Tactic.parse(tag).tag == tag  # canonical spelling (field order p, k, s, b)
         assert all((c[4] <= 8) == (MT == 1) and c[2] == bs and c[3] == dtype for c in cases)
     for N, K in S.SHAPES:  # today's default is always measured
         for bs in S.BLOCKS:

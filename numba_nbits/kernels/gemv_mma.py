@@ -34,15 +34,20 @@ so padded codes contribute nothing.
   ``2t, 2t+1, 2t+8, 2t+9`` of step ``σ`` of group ``γ`` are the physical ``k = γ*KG + 4*SG*t + 4σ
   + (0, 1, 2, 3)``. Every step stays inside one quantization block, and each lane's activations
   of a k-group are ``4*SG`` contiguous values: one or two 16-byte loads (8-byte pairs for block 16).
-* ``scales`` ``[tiles][K_pad/KS][16 rows][KS/block_size]`` in the activation dtype (bf16 as bits),
-  ``zp`` uint8 in the same layout (packed zero points only; absent = 8).
+* ``scales`` ``[tiles][K_pad/KS][8 g][2 h][KS/block_size]`` (row ``16*tile + 8h + g``) in the
+  activation dtype (bf16 as bits), so lane ``g``'s scales of rows g and g+8 are adjacent: one
+  32-bit word per quantisation block pair (``pf >= 1`` reads them as words); ``zp`` uint8 in the
+  same layout (packed zero points only; absent = 8).
 
 Thread mapping and guards
 -------------------------
-A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles. Warp ``w`` takes super-chunks
-``w, w + WARPS, ...`` in groups of ``UNROLL``; the next group's weights are loaded before the current
-group is computed (register double buffering). Partial results are summed across warps through
-shared memory and stored (bias is not fused: the route adds it after). Guards (``supports``):
+A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles; ``KSPLIT`` consecutive blocks share
+those tiles and split K further. Warp ``w`` of split ``s`` takes super-chunks ``s*WARPS + w``, then
+every ``WARPS*KSPLIT``-th, in groups of ``UNROLL``; the next ``STAGES - 1`` groups are loaded before the
+current group is computed (a register ring; 2 stages = double buffering). Partial results are summed
+across warps through shared memory and stored (with ``KSPLIT > 1``: written to a workspace slice, and
+the block that arrives last sums the slices in order and stores). Bias is not fused: the route adds
+it after. Guards (``supports``):
 bits 4, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
 N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked by ``run``).
 
