@@ -395,7 +395,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="tiny cases, in-process (simulator test)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
+    ap.add_argument("--workers", type=int, default=None,
+                    help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
     ap.add_argument("--fit", metavar="JSON", help="print the TUNED table fitted from a saved sweep and exit")
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
@@ -410,6 +411,8 @@ def main(argv=None):
         print(table_source(fit(rows)))
         return None
     t0 = time.time()
+    if args.workers is None:
+        args.workers = 1 if args.tiny else min(12, max(1, (os.cpu_count() or 2) - 2))
     specs = plan_specs(args.tiny)
     n_cases = sum(len(v) for v in specs.values())
     print(f"{len(specs)} kernel specialisations, {n_cases} (case, tactic) rows", flush=True)
@@ -421,7 +424,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="sweep_m1_") as tmp:
         groups = sorted({c[:4] for cs in specs.values() for c in cs})
         jobs = [(tmp, N, K, bs, dt, 1000 + i) for i, (N, K, bs, dt) in enumerate(groups)]
-        if args.tiny or args.workers <= 1:
+        if args.workers <= 1:
             for j in jobs:
                 prepare_group(j)
             print(f"data ready in {time.time() - t0:.0f}s", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,16 @@ REPO = Path(__file__).resolve().parents[1]
 def _sweep():
     spec = importlib.util.spec_from_file_location("sweep_gemv_m1", REPO / "perf" / "sweep_gemv_m1.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["sweep_gemv_m1"] = mod  # its process pool pickles functions by module name
     spec.loader.exec_module(mod)
     return mod
 
 
 def test_sweep_tiny_end_to_end(tmp_path):
+    """The whole GPU flow on tiny cases: data preparation in a process pool, two worker processes that
+    compile, take the GPU lock in turn, check and time; merged rows, report and fitted table."""
     S = _sweep()
-    rows = S.main(["--tiny", "--out", str(tmp_path)])
+    rows = S.main(["--tiny", "--workers", "2", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "sweep_gemv_m1.json").read_text())
     assert data["rows"] == json.loads(json.dumps(rows))
     n_tags = len(set(S.TINY_CANDS) | {G.default_tactic(32, 128, 32, M).tag for M in S.TINY_MS})
