@@ -92,12 +92,11 @@ if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations
         (4, 16, 256, 16, "bfloat16", "none", T(1, 1, 1, pf=2, stages=4)),
         (1, 40, 384, 64, "float16", "none", T(2, 2, 1, pf=2, ksplit=2, stages=3, minb=4)),  # minb: GPU-only
     ]
-else:
-    VARIANTS = [(M, N, K, bs, dt, zp, T(tp, w, u, pf, ks, st))
-                for (M, (N, K), bs, dt, zp) in itertools.product((1, 4, 16), ((1032, 2056),), (16, 32, 128), DTYPES,
-                                                               ("none", "packed"))
-                for (tp, w, u, pf, ks, st) in ((1, 8, 1, 1, 1, 2), (2, 4, 2, 2, 1, 2), (1, 4, 1, 2, 4, 3),
-                                               (2, 8, 1, 1, 3, 4))]
+else:  # one compile per case: (dtype, zero points) cycle over tactic x block x M
+    _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
+    VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
+                for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4")
+                for bs in (16, 32, 128) for M in (1, 16)]
 
 
 @pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", VARIANTS)
