@@ -229,8 +229,11 @@ class _GPU:
         return float(np.median(samples)), n
 
 
-def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print):
-    """Compile ``specs_cases`` ({spec: cases}), then (holding the GPU lock) check and time each case."""
+def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print, deadline: float = math.inf,
+                  partial: str | None = None):
+    """Compile ``specs_cases`` ({spec: cases}), then (holding the GPU lock) check and time each case.
+    Past ``deadline`` (epoch seconds) the remaining rows are recorded as skipped; the rows so far are
+    written to ``partial`` (JSON) after every shape, so a run killed from outside keeps them."""
     from numba_nbits.arrays import to_device, to_host
     from numba_nbits.dispatch.problem import Problem
     from numba_nbits.kernels import gemv_mma as G
@@ -282,6 +285,8 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
                        "default": G.default_tactic(N, K, bs, M).tag == tag, "copies": copies,
                        "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
                        "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
+                if not row["error"] and time.time() > deadline:
+                    row["error"] = "skipped: time budget"
                 if not row["error"]:
                     try:
                         tac = G.Tactic.parse(tag)
@@ -305,6 +310,10 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
                         row["error"] = f"{type(e).__name__}: {e}"[:300]
                 rows.append(row)
             del pks, pk0, w
+            if partial:
+                with open(partial + ".tmp", "w") as f:
+                    json.dump(rows, f)
+                os.replace(partial + ".tmp", partial)
         log(f"[worker] compiled {len(specs_cases)} kernels in {t_compiled:.0f}s, measured {len(rows)} rows "
             f"in {time.time() - t1:.0f}s", flush=True)
     finally:
@@ -385,7 +394,11 @@ def _worker_main(args):
     with open(args.worker_specs) as f:
         items = json.load(f)
     specs = {tuple(s): [tuple(c) for c in cases] for s, cases in items}
-    rows = measure_specs(specs, args.tmp, False, os.path.join(args.tmp, "gpu.lock"),
+    partial = os.path.join(args.out, "partial", os.path.basename(args.worker_specs)) if args.out else None
+    if partial:
+        os.makedirs(os.path.dirname(partial), exist_ok=True)
+    rows = measure_specs(specs, args.tmp, False, os.path.join(args.tmp, "gpu.lock"), deadline=args.deadline,
+                         partial=partial,
                          log=lambda *a, **k: print(*a, file=sys.stderr, **k))
     with open(args.worker_specs + ".rows.json", "w") as f:
         json.dump(rows, f)
@@ -401,6 +414,9 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="wall-time budget: rows not measured by then are recorded as skipped (default 480)")
     args = ap.parse_args(argv)
     if args.worker_specs:
         return _worker_main(args)
@@ -428,7 +444,7 @@ def main(argv=None):
             for j in jobs:
                 prepare_group(j)
             print(f"data ready in {time.time() - t0:.0f}s", flush=True)
-            rows = measure_specs(specs, tmp, args.tiny, None)
+            rows = measure_specs(specs, tmp, args.tiny, None, deadline=t0 + args.budget_s)
         else:
             # worker processes first (they compile while the data is prepared), then the data
             order = sorted(specs, key=lambda s: (s[0], s[2], s[1], s[3]))
@@ -446,7 +462,8 @@ def main(argv=None):
                 with open(fn, "w") as f:
                     json.dump([[list(s), [list(c) for c in specs[s]]] for s in ch], f)
                 procs.append((fn, subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker-specs", fn,
-                                                    "--tmp", tmp], env=env)))
+                                                    "--tmp", tmp, "--out", args.out,
+                                                    "--deadline", str(t0 + args.budget_s)], env=env)))
             with ProcessPoolExecutor(max_workers=min(len(jobs), max(2, (os.cpu_count() or 2) // 2))) as ex:
                 list(ex.map(prepare_group, jobs))
             print(f"data ready in {time.time() - t0:.0f}s; releasing the GPU to {W} workers", flush=True)
@@ -460,7 +477,13 @@ def main(argv=None):
                     continue
                 with open(fn + ".rows.json") as f:
                     rows += json.load(f)
+    part = os.path.join(args.out, "partial")
+    if os.path.isdir(part) and len(rows) == n_cases:  # every worker reported: the partial copies are redundant
+        import shutil
+
+        shutil.rmtree(part, ignore_errors=True)
     meta = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.time() - t0, 1),
+            "skipped_budget": sum(r["error"] == "skipped: time budget" for r in rows), "budget_s": args.budget_s,
             "tiny": args.tiny, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS, "ksplit_margin": KSPLIT_MARGIN,
             "bytes": "weights + scales + A + Y", "timing": "CUDA graph replay, median of 5, per launch"}
     try:
