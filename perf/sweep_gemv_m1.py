@@ -40,6 +40,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # workers inherit it; keeps the log short
+
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096)]
 MS = (1, 4, 16)
 BLOCKS = (32, 128)
