@@ -414,6 +414,9 @@ def main(argv=None):
                     help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
     ap.add_argument("--fit", metavar="JSON", help="print the TUNED table fitted from a saved sweep and exit")
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
+    ap.add_argument("--ksplit-margin", type=float, default=KSPLIT_MARGIN,
+                    help="fit: a split-K tactic must beat the best one without split-K by this fraction "
+                         "(default 0.10; 'inf' never picks split-K)")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
@@ -426,7 +429,7 @@ def main(argv=None):
         with open(args.fit) as f:
             rows = json.load(f)["rows"]
         report(rows)
-        print(table_source(fit(rows)))
+        print(table_source(fit(rows, args.ksplit_margin)))
         return None
     t0 = time.time()
     if args.workers is None:
@@ -503,7 +506,7 @@ def main(argv=None):
             wr.writeheader()
             wr.writerows(rows)
     report(rows)
-    table = fit(rows)
+    table = fit(rows, args.ksplit_margin)
     src = table_source(table)
     with open(os.path.join(args.out, "tuned_table.py"), "w") as f:
         f.write(src + "\n")
