@@ -76,6 +76,63 @@ else:
     CASES += [(M, 4096, 4096, bs, "float16", "packed", None) for M in (1, 16) for bs in (32, 128)]
 
 
+T = G.Tactic
+if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations (pf 2), split-K across CTAs
+    VARIANTS = [
+        (1, 16, 128, 32, "float16", "none", T(1, 1, 1, pf=1)),
+        (1, 24, 192, 16, "bfloat16", "packed", T(1, 2, 1, pf=2)),  # block 16: scales as one 16-byte load
+        (3, 40, 136, 128, "float16", "packed", T(2, 1, 1, pf=2)),  # partial tile, K % 64 != 0
+        (1, 16, 256, 64, "bfloat16", "none", T(1, 1, 2, pf=1)),
+        (9, 16, 128, 32, "float16", "packed", T(1, 1, 1, pf=2)),  # two m-tiles
+        (1, 16, 256, 32, "float16", "none", T(1, 1, 1, ksplit=2)),
+        (2, 40, 200, 16, "bfloat16", "packed", T(2, 1, 1, pf=1, ksplit=3)),
+        (16, 16, 192, 64, "float16", "packed", T(1, 2, 1, pf=2, ksplit=2)),
+        (1, 24, 64, 128, "float16", "none", T(1, 1, 1, pf=2, ksplit=4)),  # splits with no K at all
+        (1, 16, 320, 32, "float16", "packed", T(1, 1, 1, pf=1, stages=3)),  # 3-stage register ring
+        (4, 16, 256, 16, "bfloat16", "none", T(1, 1, 1, pf=2, stages=4)),
+        (1, 40, 384, 64, "float16", "none", T(2, 2, 1, pf=2, ksplit=2, stages=3, minb=4)),  # minb: GPU-only
+    ]
+else:  # one compile per case: (dtype, zero points) cycle over tactic x block x M
+    _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
+    VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
+                for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4")
+                for bs in (16, 32, 128) for M in (1, 16)]
+
+
+@pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", VARIANTS)
+def test_gemv_mma_variants(rng, M, N, K, bs, dtype, zp, tactic):
+    w, A, ref = _make(rng, N, K, bs, dtype, zp, M)
+    _check(_run(w, A, M, tactic), ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_mma_prefetched_scale_bits(rng, dtype):
+    """pf >= 1 converts scale bits to fp32 itself: negative, zero and (fp16) subnormal scales stay exact."""
+    N, K, bs = 16, 64, 32
+    w0, A, _ = _make(rng, N, K, bs, dtype, "none", 1)
+    sc = np.asarray(w0.host["scales"]).reshape(N, -1).astype(np.float32)
+    sc[0::3] *= -1
+    sc[1, 0] = 0
+    sc[2, 1] = 2.0 ** -20 if dtype == "float16" else 2.0 ** -130  # fp16 subnormal / bf16 subnormal
+    sc = sc.astype(np_dtype(dtype))
+    w = build_weights(w0.host["B"], sc, None, K=K, N=N, bits=4, block_size=bs, simulated=SIM)
+    ref = matmul_nbits_ref(A, w.host["B"], sc, None, K=K, N=N, bits=4, block_size=bs)
+    y0 = _run(w, A, 1, T(1, 1, 1, pf=0))
+    y1 = _run(w, A, 1, T(1, 1, 1, pf=1))
+    _check(y1, ref, dtype)
+    np.testing.assert_array_equal(y0.view(np.uint16), y1.view(np.uint16))
+
+
+def test_tactic_tags():
+    for tac in (T(), T(2, 4, 1), T(1, 8, 2, 2), T(2, 8, 1, 1, 3), T(1, 4, 1, 0, 4), T(1, 8, 1, 2, 1, 3), T(2, 4, 1, 1, 2, 4),
+                T(2, 8, 1, minb=4), T(1, 4, 1, 2, 2, 3, 8)):
+        assert T.parse(tac.tag) == tac
+    assert T().tag == "t1w8u2" and T(2, 8, 1, 1, 3).tag == "t2w8u1p1k3" and T(stages=3).tag == "t1w8u2s3"
+    assert T(1, 4, 1, 2, 2, 3, 8).tag == "t1w4u1p2k2s3b8"
+    with pytest.raises(ValueError):
+        T(pf=3)
+
+
 @pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", CASES)
 def test_gemv_mma_matches_reference(rng, M, N, K, bs, dtype, zp, tactic):
     w, A, ref = _make(rng, N, K, bs, dtype, zp, M)

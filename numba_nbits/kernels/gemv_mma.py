@@ -34,17 +34,63 @@ so padded codes contribute nothing.
   ``2t, 2t+1, 2t+8, 2t+9`` of step ``σ`` of group ``γ`` are the physical ``k = γ*KG + 4*SG*t + 4σ
   + (0, 1, 2, 3)``. Every step stays inside one quantization block, and each lane's activations
   of a k-group are ``4*SG`` contiguous values: one or two 16-byte loads (8-byte pairs for block 16).
-* ``scales`` ``[tiles][K_pad/KS][16 rows][KS/block_size]`` in the activation dtype (bf16 as bits),
-  ``zp`` uint8 in the same layout (packed zero points only; absent = 8).
+* ``scales`` ``[tiles][K_pad/KS][8 g][2 h][KS/block_size]`` (row ``16*tile + 8h + g``) in the
+  activation dtype (bf16 as bits), so lane ``g``'s scales of rows g and g+8 are adjacent: one
+  32-bit word per quantisation block pair (``pf >= 1`` reads them as words); ``zp`` uint8 in the
+  same layout (packed zero points only; absent = 8).
 
 Thread mapping and guards
 -------------------------
-A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles. Warp ``w`` takes super-chunks
-``w, w + WARPS, ...`` in groups of ``UNROLL``; the next group's weights are loaded before the current
-group is computed (register double buffering). Partial results are summed across warps through
-shared memory and stored (bias is not fused: the route adds it after). Guards (``supports``):
+A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles; ``KSPLIT`` consecutive blocks share
+those tiles and split K further. Warp ``w`` of split ``s`` takes super-chunks ``s*WARPS + w``, then
+every ``WARPS*KSPLIT``-th, in groups of ``UNROLL``; the next ``STAGES - 1`` groups are loaded before the
+current group is computed (a register ring; 2 stages = double buffering). Partial results are summed
+across warps through shared memory and stored (with ``KSPLIT > 1``: written to a workspace slice, and
+the block that arrives last sums the slices in order and stores). Bias is not fused: the route adds
+it after. Guards (``supports``):
 bits 4, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
 N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked by ``run``).
+
+Memory-level parallelism at M=1 (analysis for the "GEMV family" issue; ptxas numbers from
+``perf/ptx_stats.py``, sm_90a; H200: 132 SMs, 64K registers and <= 64 warps per SM)
+-----------------------------------------------------------------------------------------------
+The H200 needs ~4.26 TB/s x ~0.8-1 us of loaded DRAM latency / 132 SMs = 26-32 KB in flight per
+SM. What the original kernel (``pf=0``) keeps in flight per warp is one stage, ``unroll * tpw *
+KS/64 * 512`` bytes (the stage being computed already arrived): 0.5-2 KB. Occupancy is set by
+registers, not shared memory: the default tactics need 58-98 registers (t2w8u1: 75 at g32, 98 at
+g128), i.e. 2-4 blocks of 8 warps per SM, 16-32 warps. So 28672x8192 g128 (t2w8u1) runs 16 warps
+x 2 KB = 32 KB per SM and g32 24 x 1 KB = 24 KB: at or under the latency-bandwidth product.
+
+* Scales at block 32 are 1/8 of the weight bytes; the original kernel loads them as 2-byte
+  scalars (4 loads per tile per 64 k at g32, lanes of one ``g`` load the same address) *when the
+  stage is computed*, not with the weights; so are the activations (L2 hits, 16-byte loads).
+  Each iteration therefore waits one extra memory latency with nothing else of that warp in
+  flight: the main reason g32 is slower than g128 (76 vs 54 us on 28672x8192; the weights
+  differ by 12%). ``pf=1`` loads the scales with the weights (one 32-bit word per tile per
+  quantisation-block pair: the layout puts a lane's rows g and g+8 side by side; 16 bytes at
+  block 16) and converts fp16 bits to fp32 exactly with integer ops; ``pf=2`` prefetches the
+  activations too.
+* Waves: 28672 rows = 1792 tiles; at tpw 2 that is 896 blocks, at 3 blocks/SM (75 regs) 2.26
+  waves (the third 26% full), at 2/SM (98 regs, g128) 3.39. ``minb`` (launch bounds) trades
+  registers for occupancy (t2w8u1b4: 64 registers, no spill at g32: 4 blocks, 1.7 waves);
+  ``ksplit`` makes the work units smaller (t1w8 k2: 3584 units) and fills small N (4096 rows =
+  256 tiles: under 2 blocks per SM at ksplit 1, hence 7.3 us for 4096x4096). The split-K
+  reduction costs ``ksplit * M * N * 4`` bytes written and read once (0.1% of the weights at M=1)
+  plus one atomic per block.
+* Deeper pipelines: ``stages`` 3-4 keep 2-3 stages in flight for 3-4 stages of registers
+  (double buffering with a larger ``unroll`` keeps ``unroll`` in flight for 2x). Registers are the
+  limit: every 512 bytes in flight per warp costs 4 registers per lane per buffered stage.
+* Instruction overhead per 16 bytes (32 codes) per lane: 4 x (shift, and|or, HFMA2) for the
+  exact ``q - zp`` fp16 pairs = ~12-16 instructions + 4 HMMA + 4 FFMA per quantisation block
+  for the scale. Per SM the weights arrive at ~32 B/clk (4.26 TB/s / 132 / 1.98 GHz), i.e. one
+  warp-load of 512 bytes per 16 clocks against ~16-20 warp instructions for it: about 1/4 of
+  the SM's 4 issue slots per clock. Not the limit, but not free: 8-warp blocks at 32 warps/SM
+  still have 3/4 of the issue bandwidth idle waiting on memory.
+* mma at M=1 wastes 7/8 of the tensor core's N columns, but the tensor core is not the limit;
+  the alternative, a CUDA-core dot product, needs per 8 codes the same 4 decode steps plus 4
+  HFMA2 (fp16 accumulation, outside the fp32 contract unless partial sums are converted every few
+  steps) or 8 FFMA after 8 conversions, instead of one HMMA: the mma kernel issues fewer
+  instructions per byte even at M=1, and stays flat to M=8. No CUDA-core M=1 kernel was added.
 
 The kernel body is generated as Python source with every loop over registers unrolled (so numba
 keeps accumulators and fragments in registers): see ``_gen_source``.
@@ -77,16 +123,112 @@ _CONST = {
 
 @dataclass(frozen=True)
 class Tactic:
-    """Launch shape: ``tpw`` 16-row tiles per block, ``warps`` split-K warps, ``unroll``
-    super-chunks loaded per iteration (all compile-time)."""
+    """Launch shape (all compile-time): ``tpw`` 16-row tiles per block, ``warps`` split-K warps,
+    ``unroll`` super-chunks per pipeline stage (register double buffering: the next stage is loaded
+    before the current one is computed).
+
+    Variants added for the M=1 bandwidth work (defaults = the original kernel; see "Memory-level
+    parallelism" in the module docstring):
+
+    * ``pf``: what one pipeline stage prefetches. 0: weights only (scales, zero points and
+      activations are loaded when the stage is computed, so each iteration waits one more
+      memory latency); 1: scales (as 32-bit words, one or two per tile, 16 bytes at block 16) and
+      zero points too; 2: activations too (everything the stage needs is in registers).
+    * ``ksplit``: CTAs splitting K of one tile group (split-K across CTAs). Each writes fp32
+      partials to a per-plan workspace; the last to arrive (atomic counter) sums the slices in a
+      fixed order (deterministic) and stores Y. More CTAs for small N (4096 rows = 256 tiles, under
+      2 CTAs per SM) and finer work units against the tail of the last wave. The workspace makes
+      a plan unsafe to run concurrently on two streams (like any split-K workspace).
+    * ``stages``: register pipeline depth. 2 is double buffering (``unroll`` super-chunks in flight
+      while as many are computed); 3 or 4 keep 2 or 3 stages in flight (a register ring rotated
+      by loop-carried copies, which the compiler turns into renames): more bytes in flight per
+      register than a larger ``unroll``.
+    * ``minb``: when > 0, ``launch_bounds=(32 * warps, minb)``: ptxas caps the registers so that
+      ``minb`` blocks fit on an SM (65536 registers). The plain kernel needs 71-91 registers at
+      M=1 (ptxas, sm_90a), i.e. 3 blocks of 8 warps per SM; 28672 rows at tpw 2 are then 896 blocks
+      = 2.26 waves of 396: the third wave runs 26% full. ``minb=4`` (64 registers) makes 1.7 waves
+      and 32 resident warps; it may spill (check ``perf/ptx_stats.py``).
+    """
 
     tpw: int = 1
     warps: int = 8
     unroll: int = 2
+    pf: int = 0
+    ksplit: int = 1
+    stages: int = 2
+    minb: int = 0
+
+    def __post_init__(self):
+        if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
+                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32):
+            raise ValueError(f"bad gemv_mma tactic {self}")
+
+    @property
+    def tag(self) -> str:
+        """Short name (kernel names, sweep tables): ``t2w8u1`` plus ``p1``/``k4`` when not default."""
+        s = f"t{self.tpw}w{self.warps}u{self.unroll}"
+        if self.pf:
+            s += f"p{self.pf}"
+        if self.ksplit > 1:
+            s += f"k{self.ksplit}"
+        if self.stages != 2:
+            s += f"s{self.stages}"
+        if self.minb:
+            s += f"b{self.minb}"
+        return s
+
+    @staticmethod
+    def parse(tag: str) -> "Tactic":
+        """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
+        import re
+
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?", tag)
+        if not m:
+            raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
+        t, w, u, p, k, st, b = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0))
+
+
+#: Tuned tactics: ``(N, K, block_size, m_class) -> tactic tag`` (``Tactic.parse``), ``m_class`` =
+#: ``m_class(M)``; fitted to an H200 run of ``perf/sweep_gemv_m1.py`` (``--fit`` prints this table).
+#: Empty until that run: ``default_tactic`` then uses its rule below. ``tuned_tactic`` serves other
+#: shapes from the nearest swept one. Tags with ``k`` (split-K across CTAs) make a plan own a
+#: workspace, so the fit takes them only when they win by a clear margin (see the sweep script).
+TUNED: dict = {}
+
+
+def m_class(M: int) -> int:
+    """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
+    return 1 if M <= 1 else 8 if M <= 8 else 16
+
+
+def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None = None) -> Tactic | None:
+    """The ``TUNED`` tactic of the nearest swept shape with the same ``m_class`` (block 16 uses the
+    block-32 entries, 64 the block-128 ones, when it has none of its own), by distance in
+    ``log N + log K``; None when the table is empty for that class or the nearest shape is more than
+    2x away in N or in K (tiny routers etc. keep the rule)."""
+    import math
+
+    table = TUNED if table is None else table
+    mc = m_class(M)
+    for bs in dict.fromkeys((block_size, {16: 32, 64: 128}.get(block_size, block_size))):
+        best = None
+        for (n, k, b, c), tag in table.items():
+            if b != bs or c != mc:
+                continue
+            dn, dk = abs(math.log2(N / n)), abs(math.log2(K / k))
+            if dn > 1 or dk > 1:
+                continue
+            if best is None or dn + dk < best[0]:
+                best = (dn + dk, tag)
+        if best is not None:
+            return Tactic.parse(best[1])
+    return None
 
 
 def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
-    """Pick the launch shape; rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
+    """Pick the launch shape: the ``TUNED`` table (``tuned_tactic``) when it covers the shape, else
+    rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
     1/2/4) on the H200 (2026-11-30, 4-bit g32 fp16, M 1/4/16, 4096x4096, 28672x8192, 8192x28672,
     128256x4096), where they pick the best tactic or one within 2% of it, except 4096x4096 (within 7%):
 
@@ -97,6 +239,9 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
     * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
       (the two-m-tile kernel's registers: 128256x4096 M=16 183 us with 4 warps vs 219 us with 8).
     """
+    tuned = tuned_tactic(N, K, block_size, M)
+    if tuned is not None:
+        return tuned
     tiles = -(-N // TILE_N)
     big = tiles // 2 >= 132
     tpw = 2 if big else 1
@@ -166,12 +311,13 @@ def unpack_codes_from_mma(words: np.ndarray, N: int, K_pad: int, block_size: int
 
 
 def _per_block_layout(vals: np.ndarray, N: int, kb_pad: int, ks: int, block_size: int, dtype) -> np.ndarray:
-    """(N, k_blocks) -> [tiles][supers][16][KS/bs] flat, zero padded."""
+    """(N, k_blocks) -> [tiles][supers][8 g][2 h][KS/bs] flat (row 16T + 8h + g), zero padded."""
     n_pad = -(-N // ROW_PAD) * ROW_PAD
     full = np.zeros((n_pad, kb_pad), dtype)
     full[:N, :vals.shape[1]] = vals
     bps = ks // block_size
-    x = full.reshape(n_pad // 16, 16, kb_pad // bps, bps).transpose(0, 2, 1, 3)
+    # rows 16T + 8h + g -> [T][super][g][h][bb]: lane g's scales of rows g and g+8 are adjacent
+    x = full.reshape(n_pad // 16, 2, 8, kb_pad // bps, bps).transpose(0, 3, 2, 1, 4)
     return np.ascontiguousarray(x).reshape(-1)
 
 
@@ -212,8 +358,10 @@ def prepack(weights) -> Packed:
 # ------------------------------------------------------------------------------ kernel source
 
 def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
-    """Python source of the kernel for one specialisation (see module docstring)."""
+    """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
+    PF, KSP, S = tac.pf, tac.ksplit, tac.stages
+    WS = W * KSP  # warps that share one tile group's K loop (split-K stride)
     KS = max(64, BS)
     CPS = KS // 64
     KG = min(BS, 64)
@@ -228,12 +376,19 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     def e(indent, s):
         L.append("    " * indent + s)
 
-    e(0, "def gemv_mma(a32, bq, sc, zpk, out, M, K, N, n_super):")
+    e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
     e(1, "lane = cuda.threadIdx.x & 31")
     e(1, "warp = cuda.threadIdx.x >> 5")
     e(1, "g = lane >> 2")
     e(1, "t = lane & 3")
-    e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+    if KSP == 1:
+        e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+        e(1, "gw = np.int64(warp)")
+    else:
+        e(1, f"grp = np.int64(cuda.blockIdx.x) // {KSP}")
+        e(1, f"split = np.int64(cuda.blockIdx.x) % {KSP}")
+        e(1, "tile0 = grp * TPW")
+        e(1, f"gw = split * {W} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     if ZP == "none":
         e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
@@ -248,40 +403,19 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         e(1, f"ok_{mt} = row_{mt} < M")
         e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
 
-    def load_weights(indent, prefix, base_expr):
-        for u in range(U):
-            e(indent, f"scl = {base_expr} + {u * W}")
-            e(indent, "if scl < n_super:")
-            for i in range(TPW):
-                for j in range(CPS):
-                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
-            e(indent, "else:")
-            for i in range(TPW):
-                for j in range(CPS):
-                    e(indent + 1, f"{prefix}_{u}_{i}_{j} = Z4")
-
-    e(1, "base = np.int64(warp)")
-    load_weights(1, "w", "base")
-    e(1, "while base < n_super:")
-    e(2, f"nb = base + {W * U}")
-    load_weights(2, "v", "nb")
-    for u in range(U):
-        e(2, f"sc_ = base + {u * W}")
-        e(2, "if sc_ < n_super:")
-        ind = 3
-        e(ind, f"k0 = sc_ * {KS}")
-        # activation loads: for each m-tile and k-group, the lane's 4*SG contiguous values
+    def load_act(ind, dst, k0):
+        """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
         for mt in range(MT):
             for G in range(NG):
-                e(ind, f"ka = k0 + {G * KG} + {4 * SG} * t")
+                e(ind, f"ka = {k0} + {G * KG} + {4 * SG} * t")
                 if SG == 1:
                     e(ind, f"if ok_{mt} and ka < K:")
                     e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
-                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(a32[ix])")
-                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                    e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(a32[ix])")
+                    e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
                     e(ind, "else:")
-                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(0)")
-                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(0)")
+                    e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(0)")
+                    e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(0)")
                 else:
                     for q in range(SG // 2):
                         e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
@@ -289,15 +423,96 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                         e(ind, "else:")
                         e(ind + 1, "bv = Z4")
                         for x in range(4):
-                            e(ind, f"b_{mt}_{G}_{4 * q + x} = bv[{x}]")
+                            e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
+
+    n_act = 2 if SG == 1 else 4 * (SG // 2)
+    stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
+
+    def load_stage(indent, p, base_expr):
+        """Load one pipeline stage (``U`` super-chunks): weights; with PF >= 1 also scales (and zero
+        points); with PF >= 2 also activations. Out-of-range super-chunks get zeros (never computed)."""
+        for u in range(U):
+            e(indent, f"scl = {base_expr} + {u * WS}")
+            e(indent, "if scl < n_super:")
+            zeros = []
+            for i in range(TPW):
+                for j in range(CPS):
+                    e(indent + 1, f"{p}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
+                    zeros.append((f"_{u}_{i}_{j}", "Z4"))
+                if PF >= 1:
+                    e(indent + 1, f"tsc = (tile0 + {i}) * n_super + scl")
+                    if BPS == 4:  # 4 words = one 16-byte load
+                        e(indent + 1, f"sv = ldg_v4(sw, tsc * 8 + g)")
+                        for q in range(4):
+                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = sv[{q}]")
+                    else:
+                        for q in range(BPS):
+                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = np.uint32(sw[tsc * {8 * BPS} + g * {BPS} + {q}])")
+                    zeros += [(f"sc_{u}_{i}_{q}", "np.uint32(0)") for q in range(BPS)]
+                    if ZP == "packed":
+                        for h in range(2):
+                            for bb in range(BPS):
+                                e(indent + 1, f"{p}zp_{u}_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * BPS} + g * {2 * BPS} + {h * BPS + bb}])")
+                                zeros.append((f"zp_{u}_{i}_{h}_{bb}", "np.uint32(0)"))
+            if PF >= 2:
+                load_act(indent + 1, f"{p}ac_{u}", f"scl * {KS}")
+                zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(MT) for G in range(NG)
+                          for x in range(n_act)]
+            e(indent, "else:")
+            for suf, z in zeros:
+                e(indent + 1, f"{p}{suf} = {z}")
+            if p == "v":
+                stage.extend(suf for suf, _ in zeros)
+
+    # register ring: "w" (computed now), "x1".."x{S-2}" (in flight), "v" (issued this iteration)
+    ring = ["w"] + [f"x{r}" for r in range(1, S - 1)] + ["v"]
+
+    def scale_expr(u, i, jh):
+        """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
+        wd = f"wsc_{u}_{i}_{jh >> 1}"
+        hi = jh & 1
+        if act == "bfloat16":
+            return f"u32_as_f32({wd} & np.uint32(0xFFFF0000))" if hi else f"u32_as_f32({wd} << np.uint32(16))"
+        # fp16 bits -> fp32: exponent/mantissa moved into place (an fp32 2^-112 times the value, exact
+        # also for subnormals and zero), then scaled by 2^112; sign bit copied.
+        bits = (f"(({wd} & np.uint32(0x80000000)) | (({wd} >> np.uint32(3)) & np.uint32(0x0FFFE000)))" if hi else
+                f"((({wd} & np.uint32(0x8000)) << np.uint32(16)) | (({wd} & np.uint32(0x7FFF)) << np.uint32(13)))")
+        return f"u32_as_f32({bits}) * F112"
+
+    e(1, "base = gw")
+    for r in range(S - 1):
+        load_stage(1, ring[r], f"base + {r * WS * U}")
+    e(1, "while base < n_super:")
+    e(2, f"nb = base + {WS * U}")
+    load_stage(2, "v", f"base + {(S - 1) * WS * U}")
+    for u in range(U):
+        e(2, f"sc_ = base + {u * WS}")
+        e(2, "if sc_ < n_super:")
+        ind = 3
+        if PF >= 2:
+            for mt in range(MT):
+                for G in range(NG):
+                    for x in range(n_act):
+                        e(ind, f"b_{mt}_{G}_{x} = wac_{u}_{mt}_{G}_{x}")
+        else:
+            e(ind, f"k0 = sc_ * {KS}")
+            load_act(ind, "b", "k0")
         for i in range(TPW):
-            e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {BPS}")
+            if PF == 0:
+                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {2 * BPS}")
             for bb in range(BPS):
-                e(ind, f"s_lo = ld(sc, sb + {bb})")
-                e(ind, f"s_hi = ld(sc, sb + {8 * BPS + bb})")
-                if ZP == "packed":
-                    e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
-                    e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {8 * BPS + bb}])) * np.uint32(65537)")
+                if PF == 0:
+                    e(ind, f"s_lo = ld(sc, sb + {bb})")
+                    e(ind, f"s_hi = ld(sc, sb + {BPS + bb})")
+                    if ZP == "packed":
+                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
+                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {BPS + bb}])) * np.uint32(65537)")
+                else:
+                    e(ind, f"s_lo = {scale_expr(u, i, bb)}")
+                    e(ind, f"s_hi = {scale_expr(u, i, BPS + bb)}")
+                    if ZP == "packed":
+                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | wzp_{u}_{i}_0_{bb}) * np.uint32(65537)")
+                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | wzp_{u}_{i}_1_{bb}) * np.uint32(65537)")
                 for mt in range(MT):
                     for r in range(4):
                         e(ind, f"p_{mt}_{r} = np.float32(0)")
@@ -318,10 +533,9 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                     e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
                     e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
                     e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
-    for u in range(U):
-        for i in range(TPW):
-            for j in range(CPS):
-                e(2, f"w_{u}_{i}_{j} = v_{u}_{i}_{j}")
+    for r in range(S - 1):
+        for suf in stage:
+            e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
     e(2, "base = nb")
     # cross-warp reduction and store
     e(1, f"red = cuda.shared.array({W * E}, np.float32)")
@@ -330,20 +544,57 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
             for r in range(4):
                 e(1, f"red[warp * {E} + {((i * MT + mt) * 4 + r) * 32} + lane] = acc_{i}_{mt}_{r}")
     e(1, "cuda.syncthreads()")
-    e(1, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
-    e(2, "tot = np.float32(0)")
-    e(2, f"for ww in range({W}):")
-    e(3, f"tot += red[ww * {E} + ent]")
-    e(2, "slot = ent >> 5")
-    e(2, "ln = ent & 31")
-    e(2, "r = slot & 3")
-    e(2, "it = slot >> 2")
-    e(2, f"mt = it % {MT}")
-    e(2, f"i = it // {MT}")
-    e(2, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
-    e(2, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
-    e(2, "if m < M and n < N:")
-    e(3, "st(out, np.int64(m) * N + n, tot)")
+
+    def entries(ind, body):
+        e(ind, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
+        body(ind + 1)
+
+    def position(ind):
+        e(ind, "slot = ent >> 5")
+        e(ind, "ln = ent & 31")
+        e(ind, "r = slot & 3")
+        e(ind, "it = slot >> 2")
+        e(ind, f"mt = it % {MT}")
+        e(ind, f"i = it // {MT}")
+        e(ind, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
+        e(ind, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
+
+    def reduce_store(ind):
+        e(ind, "tot = np.float32(0)")
+        e(ind, f"for ww in range({W}):")
+        e(ind + 1, f"tot += red[ww * {E} + ent]")
+        position(ind)
+        e(ind, "if m < M and n < N:")
+        if KSP == 1:
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+        else:  # this split's partial sums -> workspace slice ``split``
+            e(ind + 1, "ws[(split * M + m) * N + n] = tot")
+
+    entries(1, reduce_store)
+    if KSP > 1:
+        # last CTA of the group to arrive sums the KSP slices in a fixed order (deterministic) and stores;
+        # it resets the group's counter for the next launch (stream order makes that safe)
+        e(1, "cuda.threadfence()")
+        e(1, "cuda.syncthreads()")
+        e(1, "flag = cuda.shared.array(1, np.int32)")
+        e(1, "if cuda.threadIdx.x == 0:")
+        e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
+        e(2, f"flag[0] = np.int32(1) if old == {KSP - 1} else np.int32(0)")
+        e(1, "cuda.syncthreads()")
+        e(1, "if flag[0] == 1:")
+        e(2, "cuda.threadfence()")
+
+        def final(ind):
+            position(ind)
+            e(ind, "if m < M and n < N:")
+            e(ind + 1, "tot = np.float32(0)")
+            for sp in range(KSP):
+                e(ind + 1, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+
+        entries(2, final)
+        e(2, "if cuda.threadIdx.x == 0:")
+        e(3, "cnt[grp] = np.int32(0)")
     return "\n".join(L) + "\n"
 
 
@@ -357,14 +608,17 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
+        "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
     }
-    name = f"gemv_mma_w4_{act}_mt{MT}_t{tac.tpw}w{tac.warps}u{tac.unroll}_b{BS}_{ZP}"
+    name = f"gemv_mma_w4_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}"
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["gemv_mma"]
     fn.__name__ = name
-    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
+    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
+                array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
-    return Kernel(fn, argtypes, name=name, fastmath=False)
+    opts = {"launch_bounds": (32 * tac.warps, tac.minb)} if tac.minb else {}
+    return Kernel(fn, argtypes, name=name, fastmath=False, **opts)
 
 
 # -------------------------------------------------------------------------------------- plan
@@ -374,11 +628,11 @@ class GemvMmaPlan:
 
     route = ROUTE
 
-    def __init__(self, weights, M: int, tactic: Tactic):
+    def __init__(self, weights, M: int, tactic: Tactic, packed: Packed | None = None):
         self.M, self.N, self.K = M, weights.N, weights.K
         self.dtype = weights.dtype
         self.tactic = tactic
-        pk = prepack(weights)
+        pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
         MT = 1 if M <= 8 else 2
         k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind)
@@ -389,9 +643,18 @@ class GemvMmaPlan:
         dummy_a = weights.dummy(np.uint32)
         dummy_y = weights.dummy(self._elem)
         sc = pk.scales
-        grid = -(-self.N // (TILE_N * tactic.tpw))
+        sw = sc.view(np.uint32, (sc.shape[0] // 2,))
+        groups = -(-self.N // (TILE_N * tactic.tpw))
+        grid = groups * tactic.ksplit
+        if tactic.ksplit > 1:  # per-plan split-K workspace; counters start at 0 and are reset by the kernel
+            self._ws = to_device(np.zeros(tactic.ksplit * M * self.N, np.float32), weights.simulated)
+            self._cnt = to_device(np.zeros(groups, np.int32), weights.simulated)
+        else:
+            self._ws = weights.dummy(np.float32)
+            self._cnt = weights.dummy(np.int32)
         self._launch = k.bind(grid, 32 * tactic.warps,
-                              (dummy_a, pk.bq, sc, zp, dummy_y, M, self.K, self.N, pk.n_super))
+                              (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
+                               pk.n_super))
 
         # the per-call views' layouts (GPU): run() only moves their pointers when A and Y have the
         # byte counts these views take (what DevArray.view would check), else it builds the views
@@ -409,18 +672,19 @@ class GemvMmaPlan:
         if (v is not None and a.c_contiguous and out.c_contiguous and a.nbytes == 2 * M * K
                 and out.nbytes == 2 * M * N):
             L.set_array_ptr(0, a.ptr, v[0])
-            L.set_array_ptr(4, out.ptr, v[1])
+            L.set_array_ptr(5, out.ptr, v[1])
         else:
             L.set_array(0, a.view(np.uint32, (M * K // 2,)))
-            L.set_array(4, out.view(self._elem, (M * N,)))
+            L.set_array(5, out.view(self._elem, (M * N,)))
         L.launch(stream)
 
 
-def build(weights, problem, config=None, tactic: Tactic | None = None) -> GemvMmaPlan:
-    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``."""
+def build(weights, problem, config=None, tactic: Tactic | None = None, packed: Packed | None = None) -> GemvMmaPlan:
+    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``;
+    ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks)."""
     if not supports(problem):
         raise ValueError(f"gemv_mma does not support {problem.describe()}")
     if weights.bits != 4 or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
         raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
     tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M)
-    return GemvMmaPlan(weights, problem.M, tac)
+    return GemvMmaPlan(weights, problem.M, tac, packed)

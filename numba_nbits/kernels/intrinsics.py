@@ -458,3 +458,21 @@ else:  # pragma: no cover - compiled on a GPU only
 
     st_v4 = intrinsic(_st_v4)
     st_v2 = intrinsic(_st_v2)
+
+
+# --------------------------------------------------------------------------- L2-only loads
+# ``ldcg(arr, i)``: ``arr[i]`` read through L2 only (``ld.global.cg``, numba's cache-hint intrinsic),
+# for data written by other CTAs of the same launch (the split-K workspace of gemv_mma). The
+# simulator has no cache hints (``cuda.ldcg`` is None there); its twin is a plain read.
+
+
+def _ldcg_py(arr, i):
+    return arr[i]
+
+
+TWINS["ldcg"] = _ldcg_py
+
+if SIMULATED:
+    ldcg = _ldcg_py
+else:  # pragma: no cover - compiled on a GPU only
+    from numba.cuda import ldcg  # noqa: F401  (overloaded for the CUDA target)
