@@ -7,7 +7,7 @@ export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
 L=/tmp/tlogs; mkdir -p $L
 T=${TEST_TIMEOUT:-300}
 SHARDS=${SHARDS:-4}
-BIG="tests/test_gemv.py tests/test_gemv_mma.py tests/test_mixed_gemm.py tests/test_numerics.py tests/test_torch.py"
+BIG=${BIG:-"tests/test_gemv.py tests/test_gemv_mma.py tests/test_mixed_gemm.py tests/test_numerics.py tests/test_torch.py tests/test_fpa_intb.py"}
 for f in ${FILES:-tests/test_*.py}; do
   n=$(basename $f .py)
   if [[ " $BIG " == *" $f "* ]]; then
