@@ -18,8 +18,9 @@ module removes that cost:
   pointers; the driver copies the parameters at launch.
 * The per-call cost is kept small: ``set_array`` remembers, per thread and argument, the shape,
   strides and itemsize it last wrote and then rewrites only the data-pointer slot; ``launch`` calls
-  libcuda's ``cuLaunchKernel`` through ctypes with the pre-built ``void**`` table (the cuda-bindings
-  wrapper is the fallback, and ``launch.USE_CTYPES = False`` selects it, e.g. to compare the two).
+  ``cuLaunchKernel`` through cuda-bindings with the pre-built ``void**`` table. ``launch.USE_CTYPES =
+  True`` calls libcuda through ctypes instead; on the H200 (perf/bench_host.py, 2026-11-30) it was not
+  faster (plan-level 9.83 us/call with ctypes vs 8.95 us with cuda-bindings), so it is off by default.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch
   with NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
 """
@@ -53,7 +54,7 @@ def simulated() -> bool:
 
 # libcuda through ctypes for the two per-call driver calls (cuLaunchKernel, cuStreamIsCapturing):
 # same driver entry points as cuda-bindings' (the legacy-default-stream ones), without its wrappers.
-USE_CTYPES = True
+USE_CTYPES = False
 _LIBCUDA = None
 
 

@@ -170,15 +170,17 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
                 else:
                     a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
                     o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
-                h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
-                if not sim:
-                    launch.USE_CTYPES = False
-                    try:
+                prev = launch.USE_CTYPES
+                try:
+                    launch.USE_CTYPES = True
+                    h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+                    add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
+                    if not sim:
+                        launch.USE_CTYPES = False
                         h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                    finally:
-                        launch.USE_CTYPES = True
-                    add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
+                        add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
+                finally:
+                    launch.USE_CTYPES = prev
     return rows
 
 

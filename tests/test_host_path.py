@@ -369,6 +369,7 @@ def test_gpu_ctypes_and_bindings_launches_agree(rng):
     op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32)
     A = to_dev(rng.standard_normal((1, K)).astype(np.float16))
     outs = []
+    prev = launch.USE_CTYPES
     try:
         for use in (True, False):
             launch.USE_CTYPES = use
@@ -377,7 +378,7 @@ def test_gpu_ctypes_and_bindings_launches_agree(rng):
             assert launch.is_capturing(0) is False
             outs.append(o.copy_to_host())
     finally:
-        launch.USE_CTYPES = True
+        launch.USE_CTYPES = prev
     cuda.synchronize()
     np.testing.assert_array_equal(outs[0], outs[1])
     if launch._libcuda() is False:

@@ -1,7 +1,14 @@
 """cuBLAS from Python through nvmath-python's low-level bindings (``nvmath.bindings.cublas``).
 
-One handle per device, created on first use (never while a graph is being captured), with a fixed
-workspace so that no call allocates; the handle is pointed at the caller's stream on every call.
+One handle per device, created on first use (never while a graph is being captured); the handle is
+pointed at the caller's stream on every call, and at a workspace of that stream's own: cuBLAS
+guarantees bitwise-reproducible results only while a single stream is active, unless each stream has
+its own workspace (cuBLAS docs, "Results reproducibility"; ``cublasSetStream`` also resets the
+workspace to the library's pool). Workspaces are allocated on a stream's first GEMM outside graph
+capture and kept (at most ``MAX_STREAM_WORKSPACES`` streams; beyond that, and for a stream first
+seen while capturing, the library's pool is used: correct, not guaranteed bitwise-identical across
+concurrent streams). Found by the soak test on the H200: the same GEMM on six concurrent streams gave
+results differing in the last bits (all within tolerance of the oracle).
 
 The GEMM of the universal route, row-major ``Y[M, N] = A[M, K] @ W[N, K]^T`` with W the dequantized
 ``N x K_padded`` scratch, is the column-major ``Y^T = op_T(W) * A^T``:
@@ -21,6 +28,7 @@ import threading
 import numpy as np
 
 WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommended workspace for Hopper is 32 MiB
+MAX_STREAM_WORKSPACES = 16
 
 _CUDA_R = {"float32": 0, "float16": 2, "bfloat16": 14}
 _OP_N, _OP_T = 0, 1
@@ -44,10 +52,20 @@ class _Handle:
 
         self.cublas = cublas
         self.handle = cublas.create()
-        self.workspace = device_empty((WORKSPACE_BYTES,), np.uint8, False)
-        cublas.set_workspace(self.handle, self.workspace.ptr, WORKSPACE_BYTES)
+        self._alloc = lambda: device_empty((WORKSPACE_BYTES,), np.uint8, False)
+        self.workspaces: dict[int, object] = {}  # stream handle -> its workspace (kept for the process)
         self.math_mode = None
         self.lock = threading.Lock()
+
+    def workspace_for(self, stream: int):
+        """``stream``'s own workspace (allocated on first use outside capture), or None: use the pool."""
+        ws = self.workspaces.get(stream)
+        if ws is None and len(self.workspaces) < MAX_STREAM_WORKSPACES:
+            from ..launch import is_capturing
+
+            if not is_capturing(stream):
+                ws = self.workspaces[stream] = self._alloc()
+        return ws
 
 
 def handle_for(device_id: int) -> _Handle:
@@ -86,7 +104,12 @@ def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, 
         if h.math_mode != mode:
             cb.set_math_mode(h.handle, mode)
             h.math_mode = mode
-        cb.set_stream(h.handle, stream)
+        cb.set_stream(h.handle, stream)  # also resets the workspace to the library's pool
+        ws = h.workspaces.get(stream)
+        if ws is None:
+            ws = h.workspace_for(stream)
+        if ws is not None:
+            cb.set_workspace(h.handle, ws.ptr, WORKSPACE_BYTES)
         cb.gemm_ex(h.handle, _OP_T, _OP_N, N, M, K, _PTR[id(alpha)], w_ptr, r, ldw, a_ptr, r, K,
                    _PTR[id(beta)], y_ptr, r, ldy, int(compute), _ALGO_DEFAULT)
 
