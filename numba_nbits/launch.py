@@ -132,7 +132,11 @@ def is_capturing(stream_handle: int) -> bool:
             return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE == 0
         # fall through: the bindings path raises with the driver's error name
     drv = _drv()
-    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream_handle)), "cuStreamIsCapturing")
+    res = drv.cuStreamIsCapturing(drv.CUstream(stream_handle))
+    if int(res[0]) == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context: as above
+        _make_context_current()
+        res = drv.cuStreamIsCapturing(drv.CUstream(stream_handle))
+    status = check(res, "cuStreamIsCapturing")
     return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 

@@ -85,9 +85,13 @@ def test_tuned_tactic_nearest_and_fallback(monkeypatch):
     assert tt(28672, 8192, 32, 2) is None  # no M 2..8 entry
     assert tt(32, 2880, 32, 1) is None  # far from every swept shape: the rule decides
     assert tt(4096, 4096, 128, 1) is None
-    # default_tactic consults TUNED first, the rule otherwise (TUNED is empty until the H200 sweep)
+    # default_tactic consults TUNED first, the rule otherwise (here with a stand-in table, then with none)
+    monkeypatch.setattr(G, "TUNED", {})
     rule = G.default_tactic(4096, 4096, 32, 1)
     monkeypatch.setattr(G, "TUNED", table)
     assert G.default_tactic(4096, 4096, 32, 1) == G.Tactic(1, 4, 1, 2, 4)
     monkeypatch.setattr(G, "TUNED", {})
     assert G.default_tactic(4096, 4096, 32, 1) == rule
+    # the committed table (fitted to the H200 sweep) serves its own shapes
+    monkeypatch.undo()
+    assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(G.TUNED[(28672, 8192, 128, 1)])

@@ -191,10 +191,49 @@ class Tactic:
 
 #: Tuned tactics: ``(N, K, block_size, m_class) -> tactic tag`` (``Tactic.parse``), ``m_class`` =
 #: ``m_class(M)``; fitted to an H200 run of ``perf/sweep_gemv_m1.py`` (``--fit`` prints this table).
-#: Empty until that run: ``default_tactic`` then uses its rule below. ``tuned_tactic`` serves other
+#: Shapes it does not cover use ``default_tactic``'s rule below; ``tuned_tactic`` serves other
 #: shapes from the nearest swept one. Tags with ``k`` (split-K across CTAs) make a plan own a
 #: workspace, so the fit takes them only when they win by a clear margin (see the sweep script).
-TUNED: dict = {}
+# fitted from the H200 sweep of 2026-11-30 (perf/results/2026-11-30-h200-gemv-m1/, 663/663 rows correct;
+# split-K tactics allowed only with a 10% margin, none chosen)
+TUNED: dict = {
+    (4096, 4096, 32, 1): 't1w8u2p1',
+    (4096, 4096, 32, 8): 't1w8u2p1b4',
+    (4096, 4096, 32, 16): 't1w8u1p1',
+    (4096, 4096, 128, 1): 't1w8u1p1',
+    (4096, 4096, 128, 8): 't1w8u1p1',
+    (4096, 4096, 128, 16): 't1w8u1',
+    (4096, 14336, 32, 1): 't1w8u2p1',
+    (4096, 14336, 32, 8): 't1w8u2p1',
+    (4096, 14336, 32, 16): 't1w8u1p1',
+    (4096, 14336, 128, 1): 't1w8u1p1s3',
+    (4096, 14336, 128, 8): 't1w8u1p1s3',
+    (4096, 14336, 128, 16): 't1w8u1',
+    (8192, 28672, 32, 1): 't2w8u2',
+    (8192, 28672, 32, 8): 't1w8u1p1s3',
+    (8192, 28672, 32, 16): 't2w8u1',
+    (8192, 28672, 128, 1): 't2w8u1',
+    (8192, 28672, 128, 8): 't2w8u1',
+    (8192, 28672, 128, 16): 't2w4u1',
+    (14336, 4096, 32, 1): 't1w8u2p1b4',
+    (14336, 4096, 32, 8): 't1w8u1p1',
+    (14336, 4096, 32, 16): 't2w4u1p1',
+    (14336, 4096, 128, 1): 't1w8u1p1',
+    (14336, 4096, 128, 8): 't1w8u1p1',
+    (14336, 4096, 128, 16): 't2w4u1p1',
+    (28672, 8192, 32, 1): 't1w4u2p1',
+    (28672, 8192, 32, 8): 't1w4u2p1',
+    (28672, 8192, 32, 16): 't2w4u1p1',
+    (28672, 8192, 128, 1): 't2w4u1',
+    (28672, 8192, 128, 8): 't2w4u1',
+    (28672, 8192, 128, 16): 't2w4u1p1',
+    (128256, 4096, 32, 1): 't2w4u1',
+    (128256, 4096, 32, 8): 't2w8u1',
+    (128256, 4096, 32, 16): 't2w4u1p1',
+    (128256, 4096, 128, 1): 't2w4u1',
+    (128256, 4096, 128, 8): 't2w4u1',
+    (128256, 4096, 128, 16): 't2w4u1p1',
+}
 
 
 def m_class(M: int) -> int:
