@@ -8,6 +8,7 @@
 #   PYTHONPATH=$PWD tests/gpu_sanitize.sh tests/test_gemv.py tests/test_op.py
 #   SANITIZER_TOOLS="memcheck" PYTHONPATH=$PWD tests/gpu_sanitize.sh tests/test_numerics.py
 #   PYTEST_ADDOPTS='-m "not slow"' PYTHONPATH=$PWD tests/gpu_sanitize.sh   # skip the 2 GiB scale tests
+#   SHARDS=6 SANITIZER_TIMEOUT=500 SANITIZER_TOOLS=racecheck PYTHONPATH=$PWD tests/gpu_sanitize.sh tests/test_gemv.py
 #
 # Environment:
 #   SANITIZER_TOOLS     tools to run, default "memcheck racecheck initcheck"
@@ -42,29 +43,66 @@ if ! command -v compute-sanitizer >/dev/null 2>&1; then
 fi
 mkdir -p "$LOG_DIR"
 
-status=0
-for tool in $TOOLS; do
-    extra=()
-    case "$tool" in
-        racecheck) extra=(--racecheck-report hazard) ;;
-        initcheck) extra=() ;;
-        memcheck)  extra=(--leak-check no) ;;
-    esac
-    log="$LOG_DIR/$tool.log"
-    echo "=== compute-sanitizer --tool $tool: ${FILES[*]} (log: $log)"
-    start=$(date +%s)
-    compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 50 "${extra[@]}" \
-        "$PY" -m pytest -q -p no:cacheprovider "${FILES[@]}" >"$log" 2>&1
-    rc=$?
+# SHARDS=n (default 1): the chosen tests' ids are split n ways and each tool runs n sanitizer processes in
+# parallel (the suite is compile-bound and the sanitizers slow every launch: one process per tool does
+# not fit a 10-minute device call). SANITIZER_TIMEOUT=s kills a process after s seconds (reported).
+SHARDS=${SHARDS:-1}
+SAN_T=${SANITIZER_TIMEOUT:-0}
+if [ "$SHARDS" -gt 1 ]; then
+    "$PY" -m pytest --co -q -p no:cacheprovider "${FILES[@]}" 2>/dev/null | grep "::" > "$LOG_DIR/ids.txt"
+    for s in $(seq 0 $((SHARDS - 1))); do awk -v s="$s" -v S="$SHARDS" 'NR%S==s' "$LOG_DIR/ids.txt" > "$LOG_DIR/ids.$s"; done
+fi
+
+run_one() {  # tool extra-args... ; sets nothing, writes $log
+    local log=$1; shift
+    local tool=$1; shift
+    local args=("$@")
+    local to=()
+    if [ "$SAN_T" -gt 0 ]; then to=(timeout "$SAN_T"); fi
+    "${to[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 50 "${EXTRA[@]}" \
+        "$PY" -m pytest -q -p no:cacheprovider "${args[@]}" >"$log" 2>&1
+    echo "EXIT $?" >> "$log"
+}
+
+report() {  # log -> prints, returns 1 on any problem
+    local log=$1
+    local rc summary tests
+    rc=$(grep -E "^EXIT [0-9]+" "$log" | tail -1 | cut -d' ' -f2)
     summary=$(grep -E "ERROR SUMMARY" "$log" | tail -1)
     tests=$(grep -E "(passed|failed|error|skipped|no tests ran)" "$log" | grep -E " in [0-9.]+s" | tail -1)
-    echo "    ${summary:-ERROR SUMMARY line missing (sanitizer crashed? see $log)}"
-    echo "    pytest: ${tests:-no summary line (see $log)}"
-    echo "    exit code $rc, $(( $(date +%s) - start )) s"
-    if [ "$rc" -ne 0 ] || [ -z "$summary" ] || ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors"; then
-        status=1
+    echo "    $(basename "$log"): ${summary:-ERROR SUMMARY line missing (sanitizer crashed or timed out? see $log)}"
+    echo "    pytest: ${tests:-no summary line (see $log)}; exit code ${rc:-?}"
+    if [ "${rc:-1}" != "0" ] || [ -z "$summary" ] || ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors"; then
         grep -E "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log" | head -10 | sed 's/^/    /'
+        return 1
     fi
+    return 0
+}
+
+status=0
+for tool in $TOOLS; do
+    EXTRA=()
+    case "$tool" in
+        racecheck) EXTRA=(--racecheck-report hazard) ;;
+        initcheck) EXTRA=() ;;
+        memcheck)  EXTRA=(--leak-check no) ;;
+    esac
+    echo "=== compute-sanitizer --tool $tool: ${FILES[*]} ($SHARDS process(es), logs: $LOG_DIR/$tool*.log)"
+    start=$(date +%s)
+    if [ "$SHARDS" -gt 1 ]; then
+        for s in $(seq 0 $((SHARDS - 1))); do
+            mapfile -t ids < "$LOG_DIR/ids.$s"
+            [ "${#ids[@]}" -gt 0 ] && run_one "$LOG_DIR/$tool.$s.log" "$tool" "${ids[@]}" &
+        done
+        wait
+        for s in $(seq 0 $((SHARDS - 1))); do
+            [ -f "$LOG_DIR/$tool.$s.log" ] && { report "$LOG_DIR/$tool.$s.log" || status=1; }
+        done
+    else
+        run_one "$LOG_DIR/$tool.log" "$tool" "${FILES[@]}"
+        report "$LOG_DIR/$tool.log" || status=1
+    fi
+    echo "    $(( $(date +%s) - start )) s"
 done
 if [ "$status" -eq 0 ]; then echo "gpu_sanitize.sh: all clean ($TOOLS)"; else echo "gpu_sanitize.sh: FAILED (see $LOG_DIR)"; fi
 exit $status

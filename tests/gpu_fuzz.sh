@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The large fuzz profile of tests/test_fuzz.py split over parallel processes, so that thousands of
+# examples fit in one 10-minute device call (the fuzz is CPU-bound: each new specialisation compiles).
+# Each shard is one pytest process with its own hypothesis seed; their case counts are merged into
+# $OUT/fuzz_cases.json (total, per route / bits / dtype, seeds, per-shard exit codes).
+#
+# Usage (repo root, PYTHONPATH set):
+#   OUT=dir [NUMBA_NBITS_FUZZ_EXAMPLES=3000] [SHARDS=8] [SEED=100] [FUZZ_TIMEOUT=540] bash tests/gpu_fuzz.sh
+# Exits 1 if any shard failed or timed out.
+set -u
+PY=${PYTHON:-python3}
+OUT=${OUT:-./fuzz-out}
+TOTAL=${NUMBA_NBITS_FUZZ_EXAMPLES:-3000}
+SHARDS=${SHARDS:-8}
+SEED=${SEED:-100}
+T=${FUZZ_TIMEOUT:-540}
+PER=$(( (TOTAL + SHARDS - 1) / SHARDS ))
+mkdir -p "$OUT"
+for i in $(seq 1 "$SHARDS"); do
+  ( mkdir -p "$OUT/shard$i"
+    OUT="$OUT/shard$i" NUMBA_NBITS_FUZZ_EXAMPLES=$PER timeout "$T" "$PY" -m pytest -q -p no:cacheprovider -rfE \
+      --hypothesis-seed=$((SEED + i)) tests/test_fuzz.py > "$OUT/shard$i/fuzz.log" 2>&1
+    echo "EXIT $?" >> "$OUT/shard$i/fuzz.log" ) &
+done
+wait
+"$PY" - "$OUT" "$SHARDS" "$SEED" "$PER" <<'PYEOF'
+import collections, json, os, re, sys
+out, shards, seed, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+counts, exits, bad = collections.Counter(), {}, 0
+for i in range(1, shards + 1):
+    d = os.path.join(out, f"shard{i}")
+    log = open(os.path.join(d, "fuzz.log")).read() if os.path.exists(os.path.join(d, "fuzz.log")) else ""
+    m = re.findall(r"^EXIT (\d+)", log, re.M)
+    exits[i] = int(m[-1]) if m else None
+    bad += exits[i] != 0
+    p = os.path.join(d, "fuzz_cases.json")
+    if os.path.exists(p):
+        counts.update(json.load(open(p))["counts"])
+summary = {"shards": shards, "examples_per_shard": per, "seeds": [seed + i for i in range(1, shards + 1)],
+           "exit_codes": exits, "counts": dict(sorted(counts.items()))}
+json.dump(summary, open(os.path.join(out, "fuzz_cases.json"), "w"), indent=1)
+print(f"gpu_fuzz.sh: {counts['total']} cases in {shards} shards; exit codes {exits}")
+for i, e in exits.items():
+    if e != 0:
+        print(f"--- shard {i} (exit {e}):")
+        print("\n".join(open(os.path.join(out, f'shard{i}', 'fuzz.log')).read().splitlines()[-25:]))
+sys.exit(1 if bad else 0)
+PYEOF
