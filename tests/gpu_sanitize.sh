@@ -53,7 +53,7 @@ if [ "$SHARDS" -gt 1 ]; then
     for s in $(seq 0 $((SHARDS - 1))); do awk -v s="$s" -v S="$SHARDS" 'NR%S==s' "$LOG_DIR/ids.txt" > "$LOG_DIR/ids.$s"; done
 fi
 
-run_one() {  # tool extra-args... ; sets nothing, writes $log
+run_one() {  # log tool pytest-args...: one sanitizer process, its output (and "EXIT rc") in log
     local log=$1; shift
     local tool=$1; shift
     local args=("$@")

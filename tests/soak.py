@@ -51,7 +51,7 @@ def _device_buffers(cuda, c):
     """(A, out, out's bits) on the device. bf16 goes through uint16 bits: numba cannot copy ml_dtypes
     bfloat16 host arrays on a real GPU (its host_pointer rejects the dtype), so A is uploaded and out is
     read back as uint16 views of the same memory."""
-    if c["np_dtype"] == np.uint16 or np.dtype(c["np_dtype"]).name != "bfloat16":
+    if np.dtype(c["np_dtype"]).name != "bfloat16":
         out = cuda.device_array(c["shape"], c["np_dtype"])
         return cuda.to_device(c["A"]), out, out
     bits = cuda.device_array(c["shape"], np.uint16)

@@ -190,11 +190,7 @@ CALLS = 10_000
 
 def _numba_live_bytes(ctx) -> int:
     """Bytes of device memory this process holds through numba's memory manager (live allocations)."""
-    mm = getattr(ctx, "memory_manager", None)
-    allocations = getattr(mm, "allocations", None)
-    if allocations is None:  # an external (EMM) memory manager without numba's bookkeeping
-        allocations = ctx.allocations
-    return sum(int(getattr(m, "size", 0)) for m in list(allocations.values()))
+    return sum(int(m.size) for m in list(ctx.memory_manager.allocations.values()))
 
 
 @requires_gpu
