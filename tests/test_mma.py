@@ -113,6 +113,22 @@ def test_mma_random_fragments_integers_exact(rng, use_bf16):
 
 
 @pytest.mark.parametrize("use_bf16", BF16, ids=["f16", "bf16"])
+def test_mma_8bit_integer_fragments_exact(rng, use_bf16):
+    """The 8-bit mixed GEMM's weight fragments: integers q - zp in [-255, 255] (exact in fp16 and
+    bf16) times small integer activations; every sum fits fp32 exactly, so twin == hardware == NumPy."""
+    A = rng.integers(-255, 256, (16, 16)).astype(np.float64)
+    A[0, :] = 255
+    A[1, :] = -255
+    B = rng.integers(-64, 65, (16, 8)).astype(np.float64)
+    a, b = K.matrices_to_mma_fragments(A, B, use_bf16)
+    c = rng.integers(-1000, 1000, (32, 4)).astype(np.float32)
+    d = _run_mma(a, b, c, use_bf16)
+    np.testing.assert_array_equal(d, K.mma_reference(a, b, c, use_bf16))
+    A2, B2 = K.mma_fragments_to_matrices(a, b, use_bf16)
+    np.testing.assert_array_equal(A2, A)  # the integers survived the fp16/bf16 encoding
+
+
+@pytest.mark.parametrize("use_bf16", BF16, ids=["f16", "bf16"])
 def test_mma_random_register_bits(rng, use_bf16):
     """Fully random finite fp16/bf16 bit patterns in every register (twin == hardware)."""
     def finite_bits(shape):
@@ -147,6 +163,64 @@ def _make_pack_kernel():
     u1 = types.Array(types.uint32, 1, "C")
     h1 = types.Array(types.uint16, 1, "C")
     return Kernel(pack_kernel, (f1, u1, u1, h1, u1, u1, u1, u1, u1))
+
+
+def _make_conv8_kernel():
+    """The 8-bit code conversions of kernels/mixed_gemm.py, on whole words of 4 codes."""
+    def conv8(w, zpw, f16, bf16):
+        i = cuda.grid(1)
+        if i >= w.shape[0]:
+            return
+        x = w[i]
+        z = zpw[i]
+        for r in range(2):
+            sh = np.uint32(8 * r)
+            zr = (z >> sh) & np.uint32(0xFF)
+            # fp16: (0x6400 | q) * 1 - (1024 + zp), both halves at once
+            f16[2 * i + r] = K.fma_f16x2(((x >> sh) & np.uint32(0x00FF00FF)) | np.uint32(0x64006400),
+                                         np.uint32(0x3C003C00), (np.uint32(0xE400) | zr) * np.uint32(65537))
+            # bf16: fp32 (2^23 + q) - (2^23 + zp), packed to bf16x2
+            zf = K.u32_as_f32(np.uint32(0x4B000000) | zr)
+            bf16[2 * i + r] = K.pack_bf16x2(
+                K.u32_as_f32(((x >> sh) & np.uint32(0xFF)) | np.uint32(0x4B000000)) - zf,
+                K.u32_as_f32(((x >> (sh + np.uint32(16))) & np.uint32(0xFF)) | np.uint32(0x4B000000)) - zf)
+
+    from numba.cuda import types
+
+    u1 = types.Array(types.uint32, 1, "C")
+    return Kernel(conv8, (u1, u1, u1, u1), name="conv8")
+
+
+def test_8bit_code_conversions_exact(rng):
+    """Every (q, zp) byte pair gives exactly q - zp in fp16 and bf16 (the 8-bit mixed GEMM's trick)."""
+    import ml_dtypes
+
+    q = np.arange(256 * 256) % 256  # all pairs: q varies fastest, zp = index // 256
+    zp = np.arange(256 * 256) // 256
+    sel = rng.permutation(q.size)[:4 * 64]  # 64 threads x 4 codes on the simulator ...
+    if not simulated():
+        sel = np.arange(q.size)  # ... all 65536 pairs on a GPU
+    q, zp = q[sel].reshape(-1, 4), zp[sel].reshape(-1, 4)
+    q[0], zp[0] = (0, 255, 255, 0), (255, 0, 255, 0)  # the extremes always
+    n = q.shape[0]
+    # word layout: bytes (c0, c1, c2, c3); register r holds bytes r and r + 2; both bytes of a register
+    # share a zero point (one weight row), so zp byte r serves bytes r and r + 2
+    zp[:, 2:] = zp[:, :2]
+    w = (q[:, 0] | (q[:, 1] << 8) | (q[:, 2] << 16) | (q[:, 3] << 24)).astype(np.uint32)
+    zw = (zp[:, 0] | (zp[:, 1] << 8)).astype(np.uint32)
+    sim = simulated()
+    args = [to_device(w, sim), to_device(zw, sim), to_device(np.zeros(2 * n, np.uint32), sim),
+            to_device(np.zeros(2 * n, np.uint32), sim)]
+    _make_conv8_kernel().bind(-(-n // 64), 64, args).launch(0)
+    f16, bf = to_host(args[2]).reshape(n, 2), to_host(args[3]).reshape(n, 2)
+    expect = (q - zp).astype(np.int64)
+    for r in range(2):
+        for half, byte in ((0, r), (1, r + 2)):
+            h16 = ((f16[:, r] >> (16 * half)) & 0xFFFF).astype(np.uint16)
+            hbf = ((bf[:, r] >> (16 * half)) & 0xFFFF).astype(np.uint16)
+            np.testing.assert_array_equal(h16.view(np.float16).astype(np.int64), expect[:, byte])
+            np.testing.assert_array_equal(hbf.view(ml_dtypes.bfloat16).astype(np.float64).astype(np.int64),
+                                          expect[:, byte])
 
 
 def test_pack_and_fma_helpers(rng):
