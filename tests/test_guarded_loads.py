@@ -22,6 +22,7 @@ import pytest
 from numba import cuda
 
 from numba_nbits.kernels import intrinsics as K
+from numba_nbits.kernels import mixed_gemm as X
 from numba_nbits.launch import simulated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,3 +214,23 @@ def test_mixed_gemm_loads_stay_behind_their_guards():
         pytest.skip(f"cannot compile for the CUDA target here: {res['skip']}")
     bad = [(cfg, x) for cfg, x in zip(GEMM_CONFIGS, res) if x["prologue_loads"] > x["sites"]]
     assert not bad, f"loads speculated out of the k-stage loop: {bad}"
+
+
+# ------------------------------------------------------------------- the generated source's indices
+
+# every tactic, both bit widths and layouts: partial M block (33 rows), partial N block (48 rows: 3
+# tiles, fewer than any tactic's BN), several k-stages, a half chunk for block 32
+_SRC_CASES = [(tac, bits, arch, bs)
+              for i, (tac, bits, arch) in enumerate((t, b, a) for t in list(X.TACTICS) + ["split3"]
+                                                    for b in X.BITS for a in (80, 90))
+              for bs in ((32, 64, 128)[i % 3],)]
+
+
+@pytest.mark.parametrize("tac,bits,arch,bs", _SRC_CASES)
+def test_mixed_gemm_source_indices_in_bounds(tac, bits, arch, bs):
+    """Every global index the kernel source computes (run thread by thread with exact-size arrays)."""
+    from mixed_gemm_bounds import check
+
+    t = X.Tactic("split3", 4, 1, 2, 2, splitk=3) if tac == "split3" else X.TACTICS[tac]
+    K = 352 if bs == 32 else 384
+    assert check(33, 48, K, bs, bits, t, arch, zp="typed" if bits == 8 and arch == 90 else "packed") is None
