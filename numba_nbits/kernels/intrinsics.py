@@ -15,7 +15,9 @@ Functions (device side):
 * ``f32_to_bf16(x)``: float32 to bfloat16 bits, round to nearest even (``cvt.rn.bf16.f32``);
   NaN stays NaN.
 * ``ldg_v4(arr, i)``: the i-th 16-byte group of a 1-D uint32 array (``ld.global.nc.v4.u32``),
-  returned as a 4-tuple of uint32. The caller guarantees 16-byte alignment of the group.
+  returned as a 4-tuple of uint32. The caller guarantees 16-byte alignment of the group. The asm is
+  side-effecting so the compiler never speculates it past the branch that guards it (a guarded
+  out-of-range load must not run); the twin raises IndexError for any group not wholly inside ``arr``.
 """
 from __future__ import annotations
 
@@ -45,8 +47,19 @@ def _f32_to_bf16_py(x):
     return np.array(np.float32(x), dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[()]
 
 
+def _check_vector_index(what, arr, i, width, n):
+    """Simulator twins: a vector access outside the array is an error (on a GPU an illegal address,
+    or silently someone else's bytes); NumPy would wrap a negative index instead."""
+    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+        raise TypeError(f"{what}: index must be an integer, got {type(i).__name__}")
+    j = int(i) * width
+    if j < 0 or j + n > len(arr):
+        raise IndexError(f"{what}: index {int(i)} reads/writes elements [{j}, {j + n}) of an array of {len(arr)}")
+    return j
+
+
 def _ldg_v4_py(arr, i):
-    j = 4 * int(i)
+    j = _check_vector_index("ldg_v4", arr, i, 4, 4)
     return (np.uint32(arr[j]), np.uint32(arr[j + 1]), np.uint32(arr[j + 2]), np.uint32(arr[j + 3]))
 
 
@@ -138,7 +151,11 @@ else:  # pragma: no cover - compiled on a GPU only
             i = builder.sext(i, _I64) if i.type.width < 64 else i
             p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, 4))])
             fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I64])
-            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l")
+            # side_effect: without it LLVM/NVVM treats the asm as a pure function of its operands and
+            # may speculate it out of the branch that guards it (the H200 run saw a loop-invariant
+            # 8-bit half-chunk load hoisted unguarded into the loop preheader: it read past B's end
+            # and faulted with CUDA_ERROR_ILLEGAL_ADDRESS). Guarded loads must stay behind their guard.
+            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l", side_effect=True)
             res = builder.call(asm, [builder.ptrtoint(p, _I64)])
             return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(4)])
 
@@ -411,12 +428,12 @@ else:  # pragma: no cover - compiled on a GPU only
 
 
 def _st_v4_py(arr, i, a, b, c, d):
-    j = int(i)
+    j = _check_vector_index("st_v4", arr, i, 1, 4)
     arr[j], arr[j + 1], arr[j + 2], arr[j + 3] = np.uint32(a), np.uint32(b), np.uint32(c), np.uint32(d)
 
 
 def _st_v2_py(arr, i, a, b):
-    j = int(i)
+    j = _check_vector_index("st_v2", arr, i, 1, 2)
     arr[j], arr[j + 1] = np.uint32(a), np.uint32(b)
 
 

@@ -357,6 +357,15 @@ def prepack(weights, arch: int = 80, prepacked: bool = False) -> Packed:
 
 # ------------------------------------------------------------------------------ kernel source
 
+# _half_chunk_note: every global load of the generated kernel sits behind a guard that keeps it in
+# bounds; none may run unguarded. On the H200 the 8-bit arch-80 kernels faulted
+# (CUDA_ERROR_ILLEGAL_ADDRESS) because the half-chunk load ``ldg_v4(bq, (tile * tw + n_full * 256) // 4
+# + lane)`` did not depend on the stage: NVVM, which then treated the inline asm as pure, hoisted it
+# unguarded into the loop preheader, and with K % 64 == 0 (no half chunk) the last tile's address is
+# the end of B (up to 512 bytes past it). ``ldg_v4`` is now side-effecting (never speculated), and the
+# half-chunk addresses are written with the stage (== n_full where they run) so they are not
+# loop-invariant either. tests/test_guarded_loads.py checks the PTX.
+
 def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: int, bits: int = 4) -> str:
     TPW, MTW, WN, WM = tac.tpw, tac.mtw, tac.wn, tac.wm
     BM = tac.bm
@@ -440,13 +449,15 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                 e(ind + 2, f"{pref}_{i} = ldg_v4(bq, ({stage} * n_tiles + tile0 + {i}) * 32 + lane)")
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i} = Z4")
+        # the half chunk (stage == n_full here): its address is written with the stage, not n_full, so
+        # it is not loop-invariant and cannot be hoisted out of this guard (see _half_chunk_note)
         e(ind, f"elif {stage} < st_end:")
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
-                e(ind + 2, f"hx = (tile0 + {i}) * tw + n_full * 128 + 2 * lane")
+                e(ind + 2, f"hx = (tile0 + {i}) * tw + {stage} * 128 + 2 * lane")
             else:
-                e(ind + 2, f"hx = n_full * n_tiles * 128 + (tile0 + {i}) * 64 + 2 * lane")
+                e(ind + 2, f"hx = {stage} * n_tiles * 128 + (tile0 + {i}) * 64 + 2 * lane")
             e(ind + 2, f"{pref}_{i} = (np.uint32(bq[hx]), np.uint32(bq[hx + 1]), np.uint32(0), np.uint32(0))")
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i} = Z4")
@@ -469,13 +480,13 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i}_0 = Z4")
             e(ind + 2, f"{pref}_{i}_1 = Z4")
-        e(ind, f"elif {stage} < st_end:")
+        e(ind, f"elif {stage} < st_end:")  # the half chunk: stage == n_full (see _half_chunk_note)
         for i in range(TPW):
             e(ind + 1, f"if tv_{i}:")
             if arch == 80:
-                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, ((tile0 + {i}) * tw + n_full * 256) // 4 + lane)")
+                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, ((tile0 + {i}) * tw + {stage} * 256) // 4 + lane)")
             else:
-                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, n_full * n_tiles * 64 + (tile0 + {i}) * 32 + lane)")
+                e(ind + 2, f"{pref}_{i}_0 = ldg_v4(bq, {stage} * n_tiles * 64 + (tile0 + {i}) * 32 + lane)")
             e(ind + 1, "else:")
             e(ind + 2, f"{pref}_{i}_0 = Z4")
             e(ind + 1, f"{pref}_{i}_1 = Z4")

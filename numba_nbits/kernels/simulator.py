@@ -9,6 +9,9 @@ warp primitives and cannot execute ``@intrinsic`` functions (our inline PTX). Th
   lanes named in the mask and present in the (possibly partial) warp; values are exchanged through
   two alternating slot tables, so one barrier wait per primitive suffices. Out-of-range or
   non-member source lanes return the caller's own value, as numba's lowering does.
+* strict indexing: a negative index into a global, shared or local array raises IndexError (NumPy
+  would wrap it to the array's end; on a GPU it is an out-of-bounds access). Out-of-range positive
+  indices raise in NumPy already; the 16-byte twins of ``intrinsics.py`` check their whole span.
 * a registry of pure-Python *twins* for the inline-PTX intrinsics of ``kernels/intrinsics.py``.
   ``intrinsics.py`` picks the twin when the simulator is on; kernels never branch on simulation.
 
@@ -145,6 +148,60 @@ def warp_exchange(value):
     return [slots[i] for i in range(32)]
 
 
+def _reject_negative(idx):
+    """NumPy wraps a negative index to the array's end; on a GPU it is an out-of-bounds access."""
+    for k in (idx if isinstance(idx, tuple) else (idx,)):
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) and k < 0:
+            raise IndexError(f"negative index {int(k)} in a simulated kernel (out of bounds on a GPU)")
+
+
+class StrictArray(np.ndarray):
+    """Shared/local arrays of simulated kernels: NumPy arrays that reject negative indices."""
+
+    def __getitem__(self, idx):
+        _reject_negative(idx)
+        return super().__getitem__(idx)
+
+    def __setitem__(self, idx, val):
+        _reject_negative(idx)
+        super().__setitem__(idx, val)
+
+
+def _strict_getitem(orig):
+    def __getitem__(self, idx):
+        _reject_negative(idx)
+        return orig(self, idx)
+
+    return __getitem__
+
+
+def _strict_setitem(orig):
+    def __setitem__(self, idx, val):
+        _reject_negative(idx)
+        orig(self, idx, val)
+
+    return __setitem__
+
+
+def _strict_alloc(orig):
+    def array(self, *args, **kwargs):
+        a = orig(self, *args, **kwargs)
+        return a.view(StrictArray) if isinstance(a, np.ndarray) else a
+
+    return array
+
+
+def _install_strict_indexing(kernelapi, devicearray) -> None:
+    """Global arrays (``FakeWithinKernelCUDAArray``) and shared/local arrays of simulated kernels
+    reject negative indices; out-of-range positive indices already raise IndexError in NumPy."""
+    cls = devicearray.FakeWithinKernelCUDAArray
+    cls.__getitem__ = _strict_getitem(cls.__getitem__)
+    cls.__setitem__ = _strict_setitem(cls.__setitem__)
+    for name in ("FakeCUDAShared", "FakeCUDALocal"):
+        c = getattr(kernelapi, name)
+        c.array = _strict_alloc(c.array)
+
+
 _PRIMITIVES = (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync, syncwarp, ballot_sync, all_sync,
                any_sync, activemask)
 
@@ -156,11 +213,14 @@ def install() -> None:
         return
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv import devicearray
 
-    missing = [n for n in ("FakeCUDAModule",) if not hasattr(kernelapi, n)]
+    missing = [n for n in ("FakeCUDAModule", "FakeCUDAShared", "FakeCUDALocal") if not hasattr(kernelapi, n)]
     missing += [n for n in ("BlockThread", "_get_kernel_context") if not hasattr(simkernel, n)]
+    missing += [n for n in ("FakeWithinKernelCUDAArray",) if not hasattr(devicearray, n)]
     if missing:
         raise RuntimeError(f"numba-cuda's simulator changed; numba_nbits cannot extend it (missing {missing})")
     for f in _PRIMITIVES:
         setattr(kernelapi.FakeCUDAModule, f.__name__, f)
+    _install_strict_indexing(kernelapi, devicearray)
     _INSTALLED = True
