@@ -100,7 +100,7 @@ else:  # one compile per case: (dtype, zero points) cycle over tactic x block x 
     _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
     VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
                 for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4",
-                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r3g4", "t1w4u1p1b8r4")
+                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4")
                 for bs in (16, 32, 128) for M in (1, 16)]
 
 

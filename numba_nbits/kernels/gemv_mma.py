@@ -127,6 +127,7 @@ loads are in flight. With ``grid = g`` the launch has ``min(groups, g * SMs)`` C
 the tile groups: one wave, no tail (except the uneven last group per CTA). ``minb`` caps it at 64
 registers (32 warps per SM) without spills for ``D`` = 3 at block 128 and ``D`` <= 5 at block 32,
 i.e. 2 KB (block 128) / 2.3 KB (block 32, D 5) in flight per warp, 64-74 KB per SM, continuously.
+At block 32 it loads a lane's two scale words with one 8-byte ``ldg_v2`` (``pf=1``: two 4-byte loads).
 
 The kernel body is generated as Python source with every loop over registers unrolled (so numba
 keeps accumulators and fragments in registers): see ``_gen_source``.
@@ -779,9 +780,12 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                 e(ind + 1, "sv = ldg_v4(sw, tsc * 8 + g)")
                 for q in range(4):
                     e(ind + 1, f"{p}sc_{i}_{q} = sv[{q}]")
+            elif BPS == 2:  # block 32: the lane's two scale words as one 8-byte request (pf=1 issues two)
+                e(ind + 1, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+                for q in range(2):
+                    e(ind + 1, f"{p}sc_{i}_{q} = sv2[{q}]")
             else:
-                for q in range(BPS):
-                    e(ind + 1, f"{p}sc_{i}_{q} = np.uint32(sw[tsc * {8 * BPS} + g * {BPS} + {q}])")
+                e(ind + 1, f"{p}sc_{i}_0 = np.uint32(sw[tsc * 8 + g])")
             zeros += [(f"sc_{i}_{q}", "np.uint32(0)") for q in range(BPS)]
             if ZP == "packed":
                 for h in range(2):
@@ -898,7 +902,7 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
 
     src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP)
     ns = {
-        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
+        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
