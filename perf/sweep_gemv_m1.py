@@ -58,13 +58,13 @@ CANDIDATES = {
         "t1w8u1p1s3", "t1w8u1p1s3b4", "t1w8u1p1s4b4", "t1w8u1p2s3b4", "t1w4u1p1s3b8",  # deeper pipelines
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w8u2k2", "t1w4u1p2k4", "t1w4u2p1k2", "t1w8u1p1k2s3b4",  # split-K
         # ring kernel (r: items in the register ring, g: persistent CTAs per SM; 64 registers, 32 warps/SM, no spill)
-        "t1w8u1p1b4r4", "t1w8u1p1b4r4g4", "t1w8u1p1b4r5g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4",
+        "t1w8u1p1b4r4", "t1w8u1p1b4r4g4", "t1w8u1p1b4r5g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4", "t1w2u1p1b16r4g16",
     ],
     (1, 128): ["t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2"] + [
         "t1w8u1p1", "t1w8u1p2", "t1w8u2p1b4", "t1w4u1p1", "t2w8u1p1",
         "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w4u1p1s3b8",  # (t1w8u1p2s3b4 spills 152 bytes at block 128)
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w4u1p2k4", "t1w8u1p1k2s3b4", "t1w4u1p1k2s3b8",
-        "t1w8u1p1b4r3", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r3g4",  # ring kernel
+        "t1w8u1p1b4r3", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r3g4", "t1w2u1p1b16r3g16",  # ring kernel
     ],
 }
 CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
