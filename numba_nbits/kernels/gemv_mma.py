@@ -927,7 +927,9 @@ SIM_SM_COUNT = 2
 def _sm_count(simulated: bool) -> int:
     if simulated:
         return SIM_SM_COUNT
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    from .gemv_common import _device_info  # cached current-device query (as the CUDA-core engine's)
+
+    return _device_info()[0]
 
 
 class GemvMmaPlan:
