@@ -224,3 +224,16 @@ def test_prepack_built_once(rng):
     codes = unpack_codes(w.host["B"], w.K, 4, 32)
     back = G.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
     np.testing.assert_array_equal(back[:, :w.K], codes)
+
+
+def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
+    """A ring tactic reaches plans only through ``TUNED`` (the fitted table): default plans pick it up."""
+    N, K, bs = 48, 256, 32
+    monkeypatch.setattr(G, "TUNED", {(N, K, bs, 1): "t1w2u1p1r3g1"})
+    w, A, ref = _make(rng, N, K, bs, "float16", "none", 1)
+    p = Problem(M=1, N=N, K=K, bits=4, block_size=bs, dtype="float16", zero_points="none")
+    plan = G.build(w, p)
+    assert plan.tactic == T.parse("t1w2u1p1r3g1")
+    if SIM:
+        assert plan.grid == min(3, G.SIM_SM_COUNT)  # 3 tile groups over the persistent CTAs
+    _check(_run(w, A, 1), ref, "float16")
