@@ -83,6 +83,11 @@ def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
     groups = -(-28672 // (16 * tac.tpw)) * tac.ksplit
     out.update(regs=regs, spill=spill, smem=smem, threads=threads, blocks_per_sm=blocks,
                warps_per_sm=blocks * tac.warps, waves_28672=round(groups / (132 * blocks), 2) if blocks else None)
+    if tac.grid and blocks:  # persistent ring kernel: grid = min(groups, grid * 132); groups per CTA instead
+        out["persistent_grid"] = min(groups, tac.grid * 132)
+        out["groups_per_cta_28672"] = round(groups / out["persistent_grid"], 2)
+        if tac.grid > blocks:
+            out["warning"] = f"g{tac.grid} > {blocks} resident CTAs per SM"
     return out
 
 

@@ -57,18 +57,22 @@ CANDIDATES = {
         "t1w8u1p1", "t1w8u1p2", "t1w8u2p1", "t1w8u2p1b4", "t2w8u1b4", "t2w8u1p1b4", "t1w4u2p1",  # prefetch, bounds
         "t1w8u1p1s3", "t1w8u1p1s3b4", "t1w8u1p1s4b4", "t1w8u1p2s3b4", "t1w4u1p1s3b8",  # deeper pipelines
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w8u2k2", "t1w4u1p2k4", "t1w4u2p1k2", "t1w8u1p1k2s3b4",  # split-K
+        # ring kernel (r: items in the register ring, g: persistent CTAs per SM; 64 registers, 32 warps/SM, no spill)
+        "t1w8u1p1b4r4", "t1w8u1p1b4r4g4", "t1w8u1p1b4r5g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4", "t1w2u1p1b16r4g16",
     ],
     (1, 128): ["t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2"] + [
         "t1w8u1p1", "t1w8u1p2", "t1w8u2p1b4", "t1w4u1p1", "t2w8u1p1",
         "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w4u1p1s3b8",  # (t1w8u1p2s3b4 spills 152 bytes at block 128)
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w4u1p2k4", "t1w8u1p1k2s3b4", "t1w4u1p1k2s3b8",
+        "t1w8u1p1b4r3", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r3g4", "t1w2u1p1b16r3g16",  # ring kernel
     ],
 }
 CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
     "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w4u1p1", "t1w8u1p1b4", "t2w4u1p1",
     "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2",
 ]
-CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4"]
+CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
+             "t1w8u1p1b4r3g4"]
 # ORT 1.31.1 CUDA MatMulNBits on the same H200, fp16, symmetric, best of its default chain and fpA_intB
 # (shared/reference/h200-measurements.md): (N, K, block, M) -> us. Printed next to ours for context.
 ORT_US = {
@@ -84,7 +88,7 @@ ORT_US = {
 TINY_SHAPES = [(32, 128)]
 TINY_MS = (1, 4)
 TINY_BLOCKS = (32,)
-TINY_CANDS = ["t1w2u1", "t1w2u1p2k2", "t1w1u1p1s3"]
+TINY_CANDS = ["t1w2u1", "t1w2u1p2k2", "t1w1u1p1s3", "t1w1u1p1r3g1"]
 NCOLS = 1024  # checked output columns per case
 L2_FACTOR = 2.0
 KSPLIT_MARGIN = 0.10  # a split-K tactic (plan-owned workspace) must win by this much to be tuned in

@@ -91,11 +91,16 @@ if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations
         (1, 16, 320, 32, "float16", "packed", T(1, 1, 1, pf=1, stages=3)),  # 3-stage register ring
         (4, 16, 256, 16, "bfloat16", "none", T(1, 1, 1, pf=2, stages=4)),
         (1, 40, 384, 64, "float16", "none", T(2, 2, 1, pf=2, ksplit=2, stages=3, minb=4)),  # minb: GPU-only
+        # ring kernel: 3 groups over 2 persistent CTAs (simulator: 2 SMs), items crossing group boundaries
+        (1, 48, 256, 32, "float16", "none", T.parse("t1w2u1p1r3g1")),
+        (3, 40, 136, 128, "bfloat16", "packed", T.parse("t2w1u1p1r2g1")),  # partial tile, K % 64 != 0, tpw 2
+        (9, 16, 192, 16, "float16", "packed", T.parse("t1w2u1p1r4")),  # two m-tiles, block 16, idle items
     ]
 else:  # one compile per case: (dtype, zero points) cycle over tactic x block x M
     _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
     VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
-                for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4")
+                for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4",
+                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4")
                 for bs in (16, 32, 128) for M in (1, 16)]
 
 
@@ -129,8 +134,15 @@ def test_tactic_tags():
         assert T.parse(tac.tag) == tac
     assert T().tag == "t1w8u2" and T(2, 8, 1, 1, 3).tag == "t2w8u1p1k3" and T(stages=3).tag == "t1w8u2s3"
     assert T(1, 4, 1, 2, 2, 3, 8).tag == "t1w4u1p2k2s3b8"
+    for tag in ("t1w8u1p1b4r3g4", "t2w4u1p1r4", "t1w1u1p1r8g16"):
+        assert T.parse(tag).tag == tag
+    assert T.parse("t1w8u1p1b4r3g4") == T(1, 8, 1, pf=1, minb=4, ring=3, grid=4)
     with pytest.raises(ValueError):
         T(pf=3)
+    for bad in (dict(ring=1, pf=1, unroll=1), dict(ring=3, pf=0, unroll=1), dict(ring=3, pf=1, unroll=2),
+                dict(ring=3, pf=1, unroll=1, ksplit=2), dict(grid=4, unroll=1, pf=1)):
+        with pytest.raises(ValueError):
+            T(**bad)
 
 
 @pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", CASES)
@@ -212,3 +224,16 @@ def test_prepack_built_once(rng):
     codes = unpack_codes(w.host["B"], w.K, 4, 32)
     back = G.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
     np.testing.assert_array_equal(back[:, :w.K], codes)
+
+
+def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
+    """A ring tactic reaches plans only through ``TUNED`` (the fitted table): default plans pick it up."""
+    N, K, bs = 48, 256, 32
+    monkeypatch.setattr(G, "TUNED", {(N, K, bs, 1): "t1w2u1p1r3g1"})
+    w, A, ref = _make(rng, N, K, bs, "float16", "none", 1)
+    p = Problem(M=1, N=N, K=K, bits=4, block_size=bs, dtype="float16", zero_points="none")
+    plan = G.build(w, p)
+    assert plan.tactic == T.parse("t1w2u1p1r3g1")
+    if SIM:
+        assert plan.grid == min(3, G.SIM_SM_COUNT)  # 3 tile groups over the persistent CTAs
+    _check(_run(w, A, 1), ref, "float16")

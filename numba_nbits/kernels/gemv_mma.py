@@ -92,6 +92,43 @@ x 2 KB = 32 KB per SM and g32 24 x 1 KB = 24 KB: at or under the latency-bandwid
   steps) or 8 FFMA after 8 conversions, instead of one HMMA: the mma kernel issues fewer
   instructions per byte even at M=1, and stays flat to M=8. No CUDA-core M=1 kernel was added.
 
+Why the tactics above stop at ~2.4 TB/s (block 128) / ~2.0 TB/s (block 32), and the ring kernel
+-----------------------------------------------------------------------------------------------
+From the H200 sweep (``perf/results/2026-11-30-h200-gemv-m1``) joined with the ptxas occupancy
+(``perf/results/2026-11-30-gemv-m1-ptxas``), 28672x8192 M=1:
+
+* TB/s does not follow the nominal bytes in flight per SM: block 128, t1w8u1 (32 KB/SM) 2.31,
+  t1w8u1p1s3 (66 KB) 2.27, t1w8u1p1s4b4 (99 KB) 2.14 TB/s. What it follows is the number of
+  super-chunks each warp streams per work unit (K / 64-or-128 / warps / ksplit): at equal registers
+  and occupancy, t1w8u1p1 with 8, 4, 2 iterations per warp (k1, k2, k4) takes 53.8, 59.4, 64.8 us;
+  block 32 with 16, 8, 4: 68.0, 77.0, 81.0 us. Every work unit (one CTA: its tile group's K split
+  over the warps) starts with an empty pipeline (``stages - 1`` groups issued, then a full memory
+  latency with nothing else of that warp in flight), drains at its end (the last ``stages - 1``
+  iterations issue nothing) and ends with a barrier, a shared-memory reduction and a store before
+  the SM can start the next CTA. The fit: ~1.6 us per extra work unit per warp slot (k1 -> k2 adds
+  3.4 units per slot and 5.6 us), so at k1 the fill/drain alone costs ~10%, and the deeper rings
+  (s3/s4) lose because with 8-16 iterations per warp most of their extra depth is spent filling and
+  draining (and their registers cost occupancy or ``minb`` pressure), not streaming.
+* Waves: 1.7-3.4 waves of CTAs on 28672 rows; the partial last wave is a further ~5-15%.
+* Not the limit: issue slots (~55-80 warp instructions per 512-byte warp load, ~1/3 of the
+  SM's issue rate at 2.4 TB/s), DRAM locality (each warp reads 512 contiguous bytes; the 8 warps
+  of a CTA read 4-8 KB contiguous per iteration), the tensor core.
+* Block 32 additionally moves 1/8 more bytes (scales) in 64-byte requests (8 lanes' words per
+  warp load), so per request it carries 576 bytes instead of 1056 at block 128: with the same
+  request slots per SM, fewer bytes in flight.
+
+The ring kernel (``Tactic.ring = D``, optional ``grid``: persistent CTAs per SM; ``_gen_ring_source``)
+removes the per-unit fill/drain: each warp walks a flat list of items (tile group, super-chunk) over
+all the tile groups its CTA owns, items live in ``D`` static register slots (the loop body is unrolled
+``D`` times, no ring-rotation copies), and the loads of the next ``D - 1`` items (weights and scale
+words) are issued before an item is computed, also across tile-group boundaries: the cross-warp
+reduction of a group (double-buffered shared memory, one barrier) happens while the next group's
+loads are in flight. With ``grid = g`` the launch has ``min(groups, g * SMs)`` CTAs that stride over
+the tile groups: one wave, no tail (except the uneven last group per CTA). ``minb`` caps it at 64
+registers (32 warps per SM) without spills for ``D`` = 3 at block 128 and ``D`` <= 5 at block 32,
+i.e. 2 KB (block 128) / 2.3 KB (block 32, D 5) in flight per warp, 64-74 KB per SM, continuously.
+At block 32 it loads a lane's two scale words with one 8-byte ``ldg_v2`` (``pf=1``: two 4-byte loads).
+
 The kernel body is generated as Python source with every loop over registers unrolled (so numba
 keeps accumulators and fragments in registers): see ``_gen_source``.
 """
@@ -148,6 +185,10 @@ class Tactic:
       M=1 (ptxas, sm_90a), i.e. 3 blocks of 8 warps per SM; 28672 rows at tpw 2 are then 896 blocks
       = 2.26 waves of 396: the third wave runs 26% full. ``minb=4`` (64 registers) makes 1.7 waves
       and 32 resident warps; it may spill (check ``perf/ptx_stats.py``).
+    * ``ring``: when >= 2, the ring kernel (module docstring, "the ring kernel"): ``ring - 1`` work items
+      in flight per warp across tile-group boundaries; needs ``unroll=1``, ``pf=1``, no split-K, 2 stages.
+    * ``grid``: with ``ring``, a persistent launch of ``min(groups, grid * SM count)`` CTAs striding
+      over the tile groups (0: one CTA per tile group).
     """
 
     tpw: int = 1
@@ -157,11 +198,18 @@ class Tactic:
     ksplit: int = 1
     stages: int = 2
     minb: int = 0
+    ring: int = 0
+    grid: int = 0
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
-                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32):
+                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32 or not 0 <= self.ring <= 16
+                or not 0 <= self.grid <= 32):
             raise ValueError(f"bad gemv_mma tactic {self}")
+        if self.ring and (self.ring < 2 or self.unroll != 1 or self.pf != 1 or self.ksplit != 1 or self.stages != 2):
+            raise ValueError(f"gemv_mma ring tactics need ring >= 2, u1, p1, no k/s: {self}")
+        if self.grid and not self.ring:
+            raise ValueError(f"gemv_mma: a persistent grid (g) needs the ring kernel (r): {self}")
 
     @property
     def tag(self) -> str:
@@ -175,6 +223,10 @@ class Tactic:
             s += f"s{self.stages}"
         if self.minb:
             s += f"b{self.minb}"
+        if self.ring:
+            s += f"r{self.ring}"
+        if self.grid:
+            s += f"g{self.grid}"
         return s
 
     @staticmethod
@@ -182,11 +234,12 @@ class Tactic:
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
         import re
 
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b = m.groups()
-        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0))
+        t, w, u, p, k, st, b, r, gr = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
+                      int(gr or 0))
 
 
 #: Tuned tactics: ``(N, K, block_size, m_class) -> tactic tag`` (``Tactic.parse``), ``m_class`` =
@@ -637,14 +690,219 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     return "\n".join(L) + "\n"
 
 
+def _scale_bits_expr(act: str, wd: str, hi: int) -> str:
+    """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``)."""
+    if act == "bfloat16":
+        return f"u32_as_f32({wd} & np.uint32(0xFFFF0000))" if hi else f"u32_as_f32({wd} << np.uint32(16))"
+    bits = (f"(({wd} & np.uint32(0x80000000)) | (({wd} >> np.uint32(3)) & np.uint32(0x0FFFE000)))" if hi else
+            f"((({wd} & np.uint32(0x8000)) << np.uint32(16)) | (({wd} & np.uint32(0x7FFF)) << np.uint32(13)))")
+    return f"u32_as_f32({bits}) * F112"
+
+
+def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
+    """The ring kernel (``tac.ring = D`` >= 2; see "Ring kernel" in the module docstring).
+
+    Each warp walks a flat list of work items (tile group, super-chunk): the CTA's tile groups
+    ``blockIdx.x + q * gridDim.x`` (a persistent grid when ``tac.grid`` > 0), and within one group the
+    super-chunks ``warp, warp + W, ...`` (``per = ceil(n_super / W)`` items per warp per group). Item
+    ``j`` lives in register slot ``j % D``; the loop body is unrolled ``D`` times so the slots are static
+    registers (no ring rotation copies): sub-step ``s`` first refills the slot computed by the previous
+    sub-step with item ``j + D - 1`` and then computes item ``j``, so ``D - 1`` items (weights and scale
+    words) are in flight per warp at all times, across tile-group boundaries too. When a warp finishes its
+    last item of a group it writes its partial sums to one of two shared-memory buffers (parity of the
+    group), one ``syncthreads``, and the CTA sums the warps' partials and stores Y: the loads already
+    issued for the next group stay in flight through the barrier (no pipeline drain/refill per group, and
+    no wave-quantised tail with a persistent grid)."""
+    TPW, W, D = tac.tpw, tac.warps, tac.ring
+    KS = max(64, BS)
+    CPS = KS // 64
+    KG = min(BS, 64)
+    SG = KG // 16
+    BPS = KS // BS
+    SPB = BS // 16
+    NG = KS // KG
+    c = _CONST[act]
+    E = TPW * MT * 4 * 32
+    L = []
+
+    def e(indent, s):
+        L.append("    " * indent + s)
+
+    e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
+    e(1, "lane = cuda.threadIdx.x & 31")
+    e(1, "warp = cuda.threadIdx.x >> 5")
+    e(1, "g = lane >> 2")
+    e(1, "t = lane & 3")
+    e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
+    e(1, f"ngroups = (N + {16 * TPW - 1}) // {16 * TPW}")
+    e(1, "G0 = np.int64(cuda.blockIdx.x)")
+    e(1, "GS = np.int64(cuda.gridDim.x)")
+    e(1, f"per = (n_super + {W - 1}) // {W}")
+    e(1, "my_groups = (ngroups - G0 + GS - 1) // GS")
+    e(1, f"red = cuda.shared.array({2 * W * E}, np.float32)")
+    if ZP == "none":
+        e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
+        e(1, "nz_hi = nz_lo")
+    for i in range(TPW):
+        for mt in range(MT):
+            for r in range(4):
+                e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+    for mt in range(MT):
+        e(1, f"row_{mt} = g + {8 * mt}")
+        e(1, f"ok_{mt} = row_{mt} < M")
+        e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
+
+    def locate(ind, cur):
+        """Item of cursor ``cur`` (``l``: next to load, ``c``: next to compute): group ``{cur}gi`` of this
+        CTA, item ``{cur}jj`` of this warp in it (no divisions: cursors advance by one item)."""
+        e(ind, f"gi = {cur}gi")
+        e(ind, f"jj = {cur}jj")
+        e(ind, "tile0 = (G0 + gi * GS) * TPW")
+        e(ind, f"scl = warp + jj * {W}")
+
+    def advance(ind, cur):
+        e(ind, f"{cur}jj += 1")
+        e(ind, f"if {cur}jj == per:")
+        e(ind + 1, f"{cur}jj = np.int64(0)")
+        e(ind + 1, f"{cur}gi += 1")
+
+    def load_item(ind, slot):
+        p = f"q{slot}"
+        locate(ind, "l")
+        e(ind, "if gi < my_groups and scl < n_super:")
+        zeros = []
+        for i in range(TPW):
+            for jc in range(CPS):
+                e(ind + 1, f"{p}_{i}_{jc} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {jc}) * 32 + lane)")
+                zeros.append((f"_{i}_{jc}", "Z4"))
+            e(ind + 1, f"tsc = (tile0 + {i}) * n_super + scl")
+            if BPS == 4:
+                e(ind + 1, "sv = ldg_v4(sw, tsc * 8 + g)")
+                for q in range(4):
+                    e(ind + 1, f"{p}sc_{i}_{q} = sv[{q}]")
+            elif BPS == 2:  # block 32: the lane's two scale words as one 8-byte request (pf=1 issues two)
+                e(ind + 1, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+                for q in range(2):
+                    e(ind + 1, f"{p}sc_{i}_{q} = sv2[{q}]")
+            else:
+                e(ind + 1, f"{p}sc_{i}_0 = np.uint32(sw[tsc * 8 + g])")
+            zeros += [(f"sc_{i}_{q}", "np.uint32(0)") for q in range(BPS)]
+            if ZP == "packed":
+                for h in range(2):
+                    for bb in range(BPS):
+                        e(ind + 1, f"{p}zp_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * BPS} + g * {2 * BPS} + {h * BPS + bb}])")
+                        zeros.append((f"zp_{i}_{h}_{bb}", "np.uint32(0)"))
+        e(ind, "else:")
+        for suf, z in zeros:
+            e(ind + 1, f"{p}{suf} = {z}")
+        advance(ind, "l")
+
+    def load_act(ind, k0):
+        for mt in range(MT):
+            for G in range(NG):
+                e(ind, f"ka = {k0} + {G * KG} + {4 * SG} * t")
+                if SG == 1:
+                    e(ind, f"if ok_{mt} and ka < K:")
+                    e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
+                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(a32[ix])")
+                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                    e(ind, "else:")
+                    e(ind + 1, f"b_{mt}_{G}_0 = np.uint32(0)")
+                    e(ind + 1, f"b_{mt}_{G}_1 = np.uint32(0)")
+                else:
+                    for q in range(SG // 2):
+                        e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
+                        e(ind + 1, f"bv = ldg_v4(a32, (rbase_{mt} + ka + {8 * q}) >> 3)")
+                        e(ind, "else:")
+                        e(ind + 1, "bv = Z4")
+                        for x in range(4):
+                            e(ind, f"b_{mt}_{G}_{4 * q + x} = bv[{x}]")
+
+    def position(ind):
+        e(ind, "slot = ent >> 5")
+        e(ind, "ln = ent & 31")
+        e(ind, "r = slot & 3")
+        e(ind, "it = slot >> 2")
+        e(ind, f"mt = it % {MT}")
+        e(ind, f"i = it // {MT}")
+        e(ind, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
+        e(ind, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
+
+    def compute_item(ind, slot):
+        p = f"q{slot}"
+        locate(ind, "c")
+        e(ind, "if gi < my_groups:")
+        ind += 1
+        e(ind, "if scl < n_super:")
+        ind2 = ind + 1
+        load_act(ind2, f"scl * {KS}")
+        for i in range(TPW):
+            for bb in range(BPS):
+                e(ind2, f"s_lo = {_scale_bits_expr(act, f'{p}sc_{i}_{bb >> 1}', bb & 1)}")
+                e(ind2, f"s_hi = {_scale_bits_expr(act, f'{p}sc_{i}_{(BPS + bb) >> 1}', (BPS + bb) & 1)}")
+                if ZP == "packed":
+                    e(ind2, f"nz_lo = (np.uint32({c['NEG']}) | {p}zp_{i}_0_{bb}) * np.uint32(65537)")
+                    e(ind2, f"nz_hi = (np.uint32({c['NEG']}) | {p}zp_{i}_1_{bb}) * np.uint32(65537)")
+                for mt in range(MT):
+                    for r in range(4):
+                        e(ind2, f"p_{mt}_{r} = np.float32(0)")
+                for ss in range(SPB):
+                    s_ = bb * SPB + ss
+                    jc, wi = divmod(s_, 4)
+                    G, sig = divmod(s_, SG)
+                    e(ind2, f"wd = {p}_{i}_{jc}[{wi}]")
+                    for r in range(4):
+                        nz = "nz_lo" if r % 2 == 0 else "nz_hi"
+                        e(ind2, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
+                                f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
+                    for mt in range(MT):
+                        e(ind2, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
+                                f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
+                for mt in range(MT):
+                    e(ind2, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
+                    e(ind2, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
+                    e(ind2, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
+                    e(ind2, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+        # end of this warp's items of the group: partials -> shared buffer (group parity), barrier, store
+        e(ind, "if jj == per - 1:")
+        ind2 = ind + 1
+        e(ind2, f"rb = (gi & 1) * {W * E}")
+        for i in range(TPW):
+            for mt in range(MT):
+                for r in range(4):
+                    e(ind2, f"red[rb + warp * {E} + {((i * MT + mt) * 4 + r) * 32} + lane] = acc_{i}_{mt}_{r}")
+                    e(ind2, f"acc_{i}_{mt}_{r} = np.float32(0)")
+        e(ind2, "cuda.syncthreads()")
+        e(ind2, f"for ent in range(cuda.threadIdx.x, {E}, {W * 32}):")
+        e(ind2 + 1, "tot = np.float32(0)")
+        e(ind2 + 1, f"for ww in range({W}):")
+        e(ind2 + 2, f"tot += red[rb + ww * {E} + ent]")
+        position(ind2 + 1)
+        e(ind2 + 1, "if m < M and n < N:")
+        e(ind2 + 2, "st(out, np.int64(m) * N + n, tot)")
+        advance(ind - 1, "c")
+
+    e(1, "lgi = np.int64(0)")
+    e(1, "ljj = np.int64(0)")
+    e(1, "cgi = np.int64(0)")
+    e(1, "cjj = np.int64(0)")
+    for s in range(D - 1):
+        load_item(1, s)
+    e(1, "while cgi < my_groups:")
+    for s in range(D):
+        load_item(2, (s + D - 1) % D)
+        compute_item(2, s)
+    return "\n".join(L) + "\n"
+
+
 @lru_cache(maxsize=None)
 def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
     """The compiled-on-demand kernel for one specialisation."""
     from numba.cuda import types
 
-    src = _gen_source(act, MT, tac, BS, ZP)
+    src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP)
     ns = {
-        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
+        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
@@ -661,6 +919,18 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
 
 
 # -------------------------------------------------------------------------------------- plan
+
+#: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
+SIM_SM_COUNT = 2
+
+
+def _sm_count(simulated: bool) -> int:
+    if simulated:
+        return SIM_SM_COUNT
+    from .gemv_common import _device_info  # cached current-device query (as the CUDA-core engine's)
+
+    return _device_info()[0]
+
 
 class GemvMmaPlan:
     """Pre-built launch for one (weights, M); ``run`` rewrites A/Y pointers and launches."""
@@ -685,6 +955,9 @@ class GemvMmaPlan:
         sw = sc.view(np.uint32, (sc.shape[0] // 2,))
         groups = -(-self.N // (TILE_N * tactic.tpw))
         grid = groups * tactic.ksplit
+        if tactic.grid:  # persistent ring kernel: ``grid`` CTAs per SM, grid-stride over the tile groups
+            grid = min(groups, tactic.grid * _sm_count(weights.simulated))
+        self.grid = grid
         if tactic.ksplit > 1:  # per-plan split-K workspace; counters start at 0 and are reset by the kernel
             self._ws = to_device(np.zeros(tactic.ksplit * M * self.N, np.float32), weights.simulated)
             self._cnt = to_device(np.zeros(groups, np.int32), weights.simulated)

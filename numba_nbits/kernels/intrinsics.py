@@ -18,6 +18,9 @@ Functions (device side):
   returned as a 4-tuple of uint32. The caller guarantees 16-byte alignment of the group. The asm is
   side-effecting so the compiler never speculates it past the branch that guards it (a guarded
   out-of-range load must not run); the twin raises IndexError for any group not wholly inside ``arr``.
+* ``ldg_v2(arr, i)``: the i-th 8-byte pair of a 1-D uint32 array (``ld.global.nc.v2.u32``), a
+  2-tuple of uint32 (one request instead of two scalar loads; 8-byte alignment by the caller);
+  side-effecting and range-checked in the twin, as ``ldg_v4``.
 """
 from __future__ import annotations
 
@@ -63,7 +66,13 @@ def _ldg_v4_py(arr, i):
     return (np.uint32(arr[j]), np.uint32(arr[j + 1]), np.uint32(arr[j + 2]), np.uint32(arr[j + 3]))
 
 
+def _ldg_v2_py(arr, i):
+    j = _check_vector_index("ldg_v2", arr, i, 2, 2)
+    return (np.uint32(arr[j]), np.uint32(arr[j + 1]))
+
+
 TWINS = {
+    "ldg_v2": _ldg_v2_py,
     "u32_as_f32": _u32_as_f32_py,
     "f32_as_u32": _f32_as_u32_py,
     "bf16_to_f32": _bf16_to_f32_py,
@@ -77,6 +86,7 @@ if SIMULATED:
     bf16_to_f32 = _bf16_to_f32_py
     f32_to_bf16 = _f32_to_bf16_py
     ldg_v4 = _ldg_v4_py
+    ldg_v2 = _ldg_v2_py
 else:  # pragma: no cover - compiled on a GPU only
     from llvmlite import ir
     from numba.cuda import types
@@ -158,6 +168,24 @@ else:  # pragma: no cover - compiled on a GPU only
             asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l", side_effect=True)
             res = builder.call(asm, [builder.ptrtoint(p, _I64)])
             return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(4)])
+
+        return rt(arr, idx), codegen
+
+    @intrinsic
+    def ldg_v2(typingctx, arr, idx):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)):
+            return None
+        rt = types.UniTuple(types.uint32, 2)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            i = args[1]
+            i = builder.sext(i, _I64) if i.type.width < 64 else i
+            p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, 2))])
+            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 2), [_I64])
+            asm = ir.InlineAsm(fnty, "ld.global.nc.v2.u32 {$0,$1}, [$2];", "=r,=r,l", side_effect=True)
+            res = builder.call(asm, [builder.ptrtoint(p, _I64)])
+            return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(2)])
 
         return rt(arr, idx), codegen
 
