@@ -267,6 +267,12 @@ def test_summary_markdown_shows_misses_wrong_and_router_ab():
     assert "## Best route per case" in md and "MISS" in md and "0.62x" in md
     assert "fast_but_wrong" in md and "RuntimeError: boom" in md  # wrong and failed rows are shown
     assert "Router A/B" in md and "router_gemv" in md
+    rows = _rows()
+    router = [r for r in rows if r["shape"] == "router-gptoss"]
+    rows += [{**r, "M": 2, "route": "gemv_w4", "us": us} for r, us in zip(router, (2.61, 2.60))]  # gate rejects M=2
+    ab = report.summary_markdown(report.to_frame(rows), meta).split("## Router A/B")[1].split("\n## ")[0]
+    assert "| 1.30x |" in ab  # M=1: the router GEMV (2.0 us) vs gemv_w4 (2.6 us)
+    assert "| same route |" in ab and "MISS" not in ab  # M=2: one kernel both ways, 2.61 vs 2.60 is noise
     assert "time budget exhausted" in md and "tinygemm: bf16 only" in md
     assert "Dispatch did not pick the fastest route" in md
 
@@ -419,12 +425,14 @@ def test_shard_cli_and_dry_run(capsys):
             cli.parse(bad)
     c = a.cases[0]
     rows = [{"kind": "ours", "shape": c.shape, "bits": c.bits, "block": c.block, "dtype": c.dtype, "zp": c.zp,
-             "variant": c.variant, "M": c.M, "git_commit": ""}]
-    meta = {"env": {"git_commit": ""}}
+             "variant": c.variant, "M": c.M, "git_commit": "c6c53bfa9228-dirty"},
+            {"kind": "reference", "shape": c.shape, "M": c.M, "git_commit": ""}]
+    meta = {"env": {"git_commit": "c6c53bfa9228-dirty"}}  # a device copy's git describing another tree
     a2 = cli.parse(["--shard", "2/3", "--commit", "0123abcd"])
     cli.annotate(a2, rows, meta, ["--shard", "2/3"])
     assert rows[0]["case_index"] == a.all_cases.index(c) and rows[0]["shard"] == "2/3"
     assert rows[0]["git_commit"] == meta["env"]["git_commit"] == "0123abcd" and meta["shard"]["label"] == "2/3"
+    assert rows[1]["git_commit"] == ""  # reference rows (published figures) get no commit
     d = cli.default_out("NVIDIA H200", datetime.date(2026, 12, 1), shard.ShardSpec(2, 3))
     assert d.name == "2026-12-01-h200-shard2of3"
     assert cli.main(["--dry-run", "--shard", "2/3"]) == 0
@@ -530,3 +538,55 @@ def test_merge_reports_differing_commits_ceilings_and_missing_shards(tmp_path):
     (d2 / "meta.json").unlink()
     df, meta2 = merge.merge_frames([d1, d2])
     assert any("interrupted" in w for w in meta2["merge_warnings"]) and set(df["shard"]) == {"1/2", d2.name}
+
+
+def test_missing_from_runs_only_what_a_results_dir_lacks(tmp_path, capsys):
+    """``--missing-from DIR`` finishes a sweep: the plan minus DIR's measured cases, sharded on its own,
+    case_index still the full plan's position; then a merge lists nothing twice and nothing as skipped."""
+    from numba_nbits.perf import merge
+
+    full = cli.parse(["--quick"])
+    done = full.all_cases[: len(full.all_cases) // 2]
+    rows = [{"kind": "ours", "shape": c.shape, "N": c.spec.N, "K": c.spec.K, "M": c.M, "bits": c.bits,
+             "block": c.block, "dtype": c.dtype, "zp": c.zp, "variant": c.variant, "route": "gemv_w4",
+             "us": 10.0, "correct": True, "gpu": "NVIDIA H200", "git_commit": "abc",
+             "case_index": full.all_cases.index(c)} for c in done]
+    skipped = [{"shape": c.shape, "M": c.M, "bits": c.bits, "block": c.block, "dtype": c.dtype, "zp": c.zp,
+                "variant": c.variant, "tier": c.tier, "reason": "time budget exhausted"}
+               for c in full.all_cases[len(done):]]
+    first = tmp_path / "first"
+    report.write_results(first, rows, {"env": dict(_ENV), "ceilings": dict(_CEIL), "skipped": skipped,
+                                       "notes": [], "wall_s": 1.0}, plots=False)
+    a = cli.parse(["--quick", "--missing-from", str(first)])
+    assert a.cases == full.all_cases[len(done):] and a.all_cases == full.all_cases
+    parts = [cli.parse(["--quick", "--missing-from", str(first), "--shard", f"{i}/2"]).cases for i in (1, 2)]
+    assert sorted(parts[0] + parts[1], key=full.all_cases.index) == a.cases
+    c = a.cases[0]
+    row = {"kind": "ours", "shape": c.shape, "bits": c.bits, "block": c.block, "dtype": c.dtype, "zp": c.zp,
+           "variant": c.variant, "M": c.M, "git_commit": ""}
+    cli.annotate(a, [row], {"env": {}}, [])
+    assert row["case_index"] == full.all_cases.index(c)  # the full plan's position, not the pool's
+    assert cli.main(["--quick", "--dry-run", "--missing-from", str(first), "--shard", "1/2"]) == 0
+    assert f"2 shards of {len(a.cases)} cases" in capsys.readouterr().out
+    # the second run measured the rest: merged, nothing is listed as skipped, one warning says why
+    rest = [dict(r, shape=k.shape, N=k.spec.N, K=k.spec.K, M=k.M, bits=k.bits, block=k.block, dtype=k.dtype,
+                 zp=k.zp, variant=k.variant, git_commit="def", case_index=full.all_cases.index(k))
+            for r, k in zip([rows[0]] * len(a.cases), a.cases)]
+    second = tmp_path / "second"
+    report.write_results(second, rest, {"env": dict(_ENV, git_commit="def"), "ceilings": dict(_CEIL),
+                                        "skipped": [], "notes": [], "wall_s": 1.0}, plots=False)
+    df, meta = merge.merge_frames([first, second])
+    assert meta["skipped"] == [] and len(df[df["kind"] == "ours"]) == len(full.all_cases)
+    assert any(f"{len(skipped)} case(s) skipped by one input were measured by another" in w
+               for w in meta["merge_warnings"])
+    with pytest.raises(SystemExit):  # everything measured: nothing to run
+        cli.parse(["--quick", "--missing-from", str(_write_all(tmp_path, rows + rest))])
+    with pytest.raises(SystemExit):
+        cli.parse(["--quick", "--missing-from", str(tmp_path / "nowhere")])
+
+
+def _write_all(tmp_path, rows):
+    d = tmp_path / "all"
+    report.write_results(d, rows, {"env": dict(_ENV), "ceilings": dict(_CEIL), "skipped": [], "notes": [],
+                                          "wall_s": 1.0}, plots=False)
+    return d

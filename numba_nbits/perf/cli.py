@@ -59,8 +59,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m numba_nbits.perf",
         description="Time MatMulNBits (every eligible route) against peers; write CSV, markdown and plots.",
-        epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~25 min on an H200 (run it as "
-               f"--shard 1/N .. N/N, then `python -m numba_nbits.perf merge DIRS --out DIR`), --quick ~1 min.")
+        epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~50 min on an H200 (run it as "
+               f"--shard 1/N .. N/N, then `python -m numba_nbits.perf merge DIRS --out DIR`; finish a budget-cut "
+               f"sweep with --missing-from DIR), --quick ~1 min.")
     p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16")
     p.add_argument("--sweep", choices=SWEEPS, default="all",
                    help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
@@ -75,11 +76,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", type=_shard, metavar="I/N",
                    help="run part I (1-based) of N of the case list, balanced by estimated cost; shards 1..N "
                         "cover every case once (merge them with `python -m numba_nbits.perf merge`)")
+    p.add_argument("--missing-from", type=Path, metavar="DIR",
+                   help="only the plan's cases that DIR's results do not hold (a merged or single run whose "
+                        "budget skipped some): finish a sweep, then merge DIR with the new shard(s); sharding "
+                        "applies to what is left; case_index stays the full plan's position")
     p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/, "
                                             "with --shard perf/results/<date>-<gpu>-shard<I>of<N>/)")
     p.add_argument("--commit", metavar="SHA", default="",
-                   help="commit to record when the tree has no .git (a device copy): rows and meta.json get it "
-                        "where git gave none, so merge can compare shards' commits")
+                   help="commit to record instead of what git reports (a device copy may carry no .git, or a "
+                        ".git whose HEAD is not the tree that travelled): rows and meta.json get it, so merge can "
+                        "compare shards' commits")
     p.add_argument("--no-peers", action="store_true", help="skip torch / tinygemm / gemlite / ORT peers")
     p.add_argument("--budget-s", type=float, help=f"stop starting cases after this many seconds "
                                                    f"(default {FULL_BUDGET_S:.0f}, --quick {QUICK_BUDGET_S:.0f})")
@@ -109,16 +115,39 @@ def parse(argv=None) -> argparse.Namespace:
     a.plan = QUICK_PLAN if a.quick else FULL_PLAN
     a.all_cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes,
                          sweep=a.sweep)
-    a.cases = a.all_cases
+    a.pool = a.all_cases
+    if a.missing_from is not None:
+        try:
+            have = measured_cases(a.missing_from)
+        except (OSError, ValueError) as e:
+            parser().error(f"--missing-from {a.missing_from}: {e}")
+        a.pool = [c for c in a.all_cases if (c.group, c.M) not in have]
+        if not a.pool:
+            parser().error(f"--missing-from {a.missing_from}: every case of the plan is already measured there")
+    a.cases = a.pool
     if a.shard is not None:
         from .shard import shard_cases
 
-        if a.shard.count > max(1, len(a.all_cases)):
-            parser().error(f"--shard {a.shard.label}: only {len(a.all_cases)} cases to split")
-        a.cases = shard_cases(a.all_cases, a.shard)
+        if a.shard.count > max(1, len(a.pool)):
+            parser().error(f"--shard {a.shard.label}: only {len(a.pool)} cases to split")
+        a.cases = shard_cases(a.pool, a.shard)
     if a.budget_s is None:
         a.budget_s = QUICK_BUDGET_S if a.quick else FULL_BUDGET_S
     return a
+
+
+def measured_cases(d: Path) -> set:
+    """``(Case.group, M)`` of every case with a row of ours in results directory ``d`` (its results.csv,
+    else the results.partial.csv an interrupted run leaves)."""
+    import pandas as pd
+
+    d = Path(d)
+    src = next((d / n for n in ("results.csv", "results.partial.csv") if (d / n).exists()), None)
+    if src is None:
+        raise ValueError("neither results.csv nor results.partial.csv: not a results directory")
+    df = pd.read_csv(src, keep_default_na=False, dtype={"variant": str, "zp": str, "dtype": str, "shape": str})
+    df = df[df["kind"] == "ours"]
+    return {((r.shape, int(r.bits), int(r.block), r.dtype, r.zp, r.variant), int(r.M)) for r in df.itertuples()}
 
 
 def default_out(gpu: str, date: _dt.date | None = None, shard: ShardSpec | None = None) -> Path:
@@ -144,22 +173,23 @@ def shard_meta(a: argparse.Namespace) -> dict:
     if a.shard is None:
         return {}
     return {"shard": {"index": a.shard.index, "count": a.shard.count, "label": a.shard.label,
-                      "cases": len(a.cases), "total_cases": len(a.all_cases), "plan": "quick" if a.quick else "full",
+                      "cases": len(a.cases), "total_cases": len(a.pool), "plan": "quick" if a.quick else "full",
                       "est_s": round(estimate_s(a.cases), 1)}}
 
 
 def annotate(a: argparse.Namespace, rows: list[dict], meta: dict, argv=()) -> None:
     """Rows get ``case_index`` (plan position, before sharding: merge's ordering) and ``shard``;
-    ``--commit`` fills an empty ``git_commit``; meta gets ``shard`` and ``argv``."""
+    ``--commit`` replaces ``git_commit`` (the caller names the tree; a device copy's git may describe
+    another one, e.g. the checkout's branch tip plus ``-dirty``); meta gets ``shard`` and ``argv``."""
     index = {(c.group, c.M): i for i, c in enumerate(a.all_cases)}
     for r in rows:
         key = tuple(r.get(k) for k in ("shape", "bits", "block", "dtype", "zp", "variant"))
         r["case_index"] = index.get((key, r.get("M")))
         r["shard"] = a.shard.label if a.shard is not None else ""
-        if a.commit and r.get("kind") != "reference" and not r.get("git_commit"):
+        if a.commit and r.get("kind") != "reference":
             r["git_commit"] = a.commit
     env = meta.setdefault("env", {})
-    if a.commit and not env.get("git_commit"):
+    if a.commit:
         env["git_commit"] = a.commit
     meta.update(shard_meta(a), argv=list(argv))
 
@@ -175,7 +205,7 @@ def main(argv=None) -> int:
         from .shard import estimate_s, plan_table
 
         if a.shard is not None:
-            print(plan_table(a.all_cases, a.shard.count, a.budget_s))
+            print(plan_table(a.pool, a.shard.count, a.budget_s))
             print(f"shard {a.shard.label}:")
         else:
             print(f"estimated ~{estimate_s(a.cases):.0f} s on one H200 (budget {a.budget_s:.0f} s)")

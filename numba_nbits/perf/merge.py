@@ -82,6 +82,15 @@ def _distinct(values) -> list:
     return out
 
 
+def _skip_key(r: dict) -> tuple:
+    """A case's identity in both a row and a ``skipped`` entry (which has no N/K)."""
+    def norm(v):
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    return (norm(r.get("shape")), int(r["M"]), int(r["bits"]), int(r["block"]), norm(r.get("dtype")),
+            norm(r.get("zp")), norm(r.get("variant")))
+
+
 def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
     """The merged frame and meta of ``dirs`` (pure: reads, writes nothing)."""
     dirs = [Path(d) for d in dirs]
@@ -170,8 +179,15 @@ def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
     if len(dates) > 1:
         env["date"] = f"{min(dates)} .. {max(dates)}"
     skipped, notes = [], []
+    done = {_skip_key(r) for r in measured.to_dict("records")}
     for _, _, m, lab in loaded:
         skipped += [{**s, "shard": lab} for s in m.get("skipped", [])]
+    later = [s for s in skipped if _skip_key(s) in done]
+    if later:  # e.g. a run with --missing-from finished what an earlier run's budget skipped
+        skipped = [s for s in skipped if _skip_key(s) not in done]
+        warnings.append(f"{len(later)} case(s) skipped by one input were measured by another (not listed as "
+                        "skipped)")
+    for _, _, m, lab in loaded:
         for n in m.get("notes", []):
             if list(n) not in notes:
                 notes.append(list(n))

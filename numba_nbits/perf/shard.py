@@ -12,14 +12,20 @@ again in the estimate, as it will on the device).
 **Cost model** (seconds on one H200, deliberately coarse; ``estimate_s``):
 
 * per unit (group or chunk): ``GROUP_S`` (random weights, operator build, peers' dense copy) plus
-  ``WEIGHT_S_PER_GB`` per GB of packed weights + scales (host generation, upload, rotated copies);
+  ``WEIGHT_S_PER_GB`` per GB of packed weights + scales (host generation, upload, rotated copies),
+  plus ``FAMILY_COMPILE_S`` for 2- and 8-bit groups (their GEMV/dequantize kernel families compile
+  on first use: one 8-bit M=1 case took 42 s of warm-up on 2026-11-30);
 * per case: ``CASE_S`` (timing every route and peer, the oracle check) plus ``COMPILE_S`` when
-  M <= 16 (the GEMV/MMA kernels specialise by M: ``warmup_s`` was 1.5-5 s per M in the 2026-11-30
-  quick run, ~0 for the cuBLAS routes) plus ``CALL_S_PER_GB`` per GB one call moves (bytes moved:
+  M <= 16 (the GEMV/MMA kernels specialise by M) or ``GEMM_COMPILE_S`` above it (the fpA_intB
+  profiler's mixed-GEMM tactics), plus ``CALL_S_PER_GB`` per GB one call moves (bytes moved:
   weights + scales + zero points + A + Y; matters only for the LM heads at large M);
 * per shard: ``SHARD_OVERHEAD_S`` (process start, imports, the ceiling measurements, plots).
 
-The constants put the full plan at ~25-30 min, the figure observed for a whole sweep; they only
+Calibration: the full sweep of 2026-11-30 (commit a4297e7, 4 shards, two at a time on an
+nvidia-h200-x2, 500-515 s budgets; ``perf/results/2026-11-30-h200-x2-full``) measured 258 of 363
+cases in 2142 s; warm-up (compilation) was ~60% of it: ~7 s per case at M <= 16, ~2.5 s above.
+The constants below were fitted to those four shards (estimate / measured wall 0.83-1.16 per
+shard; the old constants gave 0.44-0.61) and put the full plan at ~50 min; they only
 need to be right relatively. **Partition:** longest-processing-time greedy — units sorted by
 estimated cost (descending, ties by plan position) each go to the shard with the smallest load so
 far (ties: lowest index). That bounds the largest shard by ``mean + largest unit``, i.e. within
@@ -39,8 +45,10 @@ from .shapes import GEMV_MAX_M, Case
 
 GROUP_S = 3.0
 WEIGHT_S_PER_GB = 12.0
-CASE_S = 2.2
-COMPILE_S = 2.0
+FAMILY_COMPILE_S = 30.0
+CASE_S = 2.5
+COMPILE_S = 6.5
+GEMM_COMPILE_S = 2.5
 CALL_S_PER_GB = 1.0
 SHARD_OVERHEAD_S = 25.0
 BALANCE_FACTOR = 1.5
@@ -82,14 +90,15 @@ def case_cost(c: Case) -> float:
     """Estimated seconds of one case (without its group's setup)."""
     s = c.spec
     moved = nbits_bytes(c.M, s.N, s.K, c.bits, c.block, c.dtype, c.zp, s.bias).total / 1e9
-    return CASE_S + (COMPILE_S if c.M <= GEMV_MAX_M else 0.0) + CALL_S_PER_GB * moved
+    return CASE_S + (COMPILE_S if c.M <= GEMV_MAX_M else GEMM_COMPILE_S) + CALL_S_PER_GB * moved
 
 
 def unit_cost(cases: Sequence[Case]) -> float:
     """Estimated seconds of one unit: a group (or a chunk of one) run as a block."""
     if not cases:
         return 0.0
-    return GROUP_S + WEIGHT_S_PER_GB * _weight_gb(cases[0]) + sum(case_cost(c) for c in cases)
+    family = FAMILY_COMPILE_S if cases[0].bits != 4 else 0.0
+    return GROUP_S + family + WEIGHT_S_PER_GB * _weight_gb(cases[0]) + sum(case_cost(c) for c in cases)
 
 
 def estimate_s(cases: Sequence[Case], *, overhead: bool = True) -> float:
