@@ -109,7 +109,8 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
                 name = p["route"] if kind == "peer" else f"ref:{p['route']}"
                 pus = float(p["us"]) if (kind == "reference" or ok.loc[p.name]) else math.nan
                 rec[f"{name}_us"] = pus
-                rec[f"vs {name}"] = pus / rec["best_us"] if rec["best_us"] == rec["best_us"] and pus == pus else math.nan
+                best = rec["best_us"]
+                rec[f"vs {name}"] = pus / best if best == best and pus == pus else math.nan
         out.append(rec)
     return pd.DataFrame(out)
 
