@@ -2,10 +2,10 @@
 
     PYTHONPATH=. python perf/bench_host.py [--tiny] [--calls 2000] [--batches 5]
 
-For a GEMV route (4096x4096, 4-bit, block 128, fp16, M=1; dispatch's choice, ``gemv_*``) and the
-dequant + cuBLAS route (same weights, M=64, forced with ``numba_nbits.force_route=dequant_cublas``)
-it times, for each input kind that imports here (numba device arrays; torch and CuPy when installed
-with CUDA):
+Two detailed cases: a GEMV route (4096x4096, 4-bit, block 128, fp16, M=1; dispatch's choice,
+``gemv_*``) and the dequant + cuBLAS route (same weights, M=64, forced with
+``numba_nbits.force_route=dequant_cublas``). For each input kind that imports here (numba device
+arrays; torch and CuPy when installed with CUDA) it times
 
 * ``op(A, out=O)``   the lowest-latency eager call;
 * ``op(A)``          the call that allocates its output (numba: ``cuda.device_array``; torch: its
@@ -15,6 +15,12 @@ with CUDA):
 and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches),
 the same with cuda-bindings' ``cuLaunchKernel`` instead of the ctypes one (``launch.USE_CTYPES``),
 and ``adapt_input`` per kind.
+
+Then one row per remaining route of the dispatch table (``ROUTE_CASES``: 4-bit GEMV at M=8 and with a
+bias that is added by the separate bias kernel, 8-bit and 2-bit GEMV, the router GEMV on 32x2880 with
+its fused bias, the fpA_intB mixed GEMM at M=16, the N-chunked dequant + cuBLAS fallback): ``op(A,
+out=O)`` per input kind, with that route's graph-replay GPU time per node. Each row names the route
+dispatch actually took, so a case whose guard changed shows it.
 
 Method: each row is the median over ``--batches`` batches of ``--calls`` back-to-back calls (after
 200 warmup calls) of wall time / calls, in microseconds; the GPU is synchronised between batches,
@@ -114,7 +120,6 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
 
     import numba_nbits as nb
     from numba_nbits import launch
-    from numba_nbits.arrays import _mk, adapt_input
     from numba_nbits.formats import quantize
 
     sim = launch.simulated()
@@ -145,43 +150,86 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
         config = {"numba_nbits.force_route": force} if force else None
         op = nb.MatMulNBits(B, sc, None, K=K, N=N, bits=4, block_size=BS, config=config)
         route = op.route(M)
-        A_host = rng.standard_normal((M, K)).astype(np.float16)
+        _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add)
+    for label, bits, n, k, bs, M, bias, config in route_cases(tiny):
+        Wr = rng.standard_normal((n, k)).astype(np.float32)
+        Br, scr, _ = quantize(Wr, bits=bits, block_size=bs, symmetric=True)
+        bias_arr = rng.standard_normal(n).astype(np.float16) if bias else None
+        op = nb.MatMulNBits(Br, scr.astype(np.float16), None, None, bias_arr, K=k, N=n, bits=bits, block_size=bs,
+                            config=config)
+        route = op.route(M)
+        A_host = rng.standard_normal((M, k)).astype(np.float16)
         gpu = None
         for kind, dev, empty in _kinds(sim):
-            A, O = dev(A_host), empty((M, N), np.float16)
-            op(A, out=O)  # builds the plan for M (compiles once)
+            A, O = dev(A_host), empty((M, n), np.float16)
+            op(A, out=O)  # builds the plan (compiles; the fpA_intB profiler times its candidates once)
             if gpu is None:
                 gpu = _gpu_us_per_call(op, A, O, sim)
             h, per = _median_us(lambda: op(A, out=O), calls, batches, sync)
-            add(route, M, kind, "op(A, out=O)", h, per, gpu)
-            h, per = _median_us(lambda: op(A), calls, batches, sync)
-            add(route, M, kind, "op(A)", h, per, gpu)
-            if kind == "numba":
-                s = cuda.stream()
-                h, per = _median_us(lambda: op(A, out=O, stream=s), calls, batches, sync)
-                add(route, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
-            h, per = _median_us(lambda: adapt_input(A, "A", sim), calls, batches, sync)
-            add(route, M, kind, "adapt_input(A)", h, per, None)
-            if kind == "numba":  # plan level, once per route
-                entry = op._entries[M]
-                a, o = adapt_input(A, "A", sim).dev, adapt_input(O, "out", sim).dev
-                if sim:
-                    a2, o2 = a, o
-                else:
-                    a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
-                    o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
-                prev = launch.USE_CTYPES
-                try:
-                    launch.USE_CTYPES = True
-                    h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                    add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
-                    if not sim:
-                        launch.USE_CTYPES = False
-                        h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                        add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
-                finally:
-                    launch.USE_CTYPES = prev
+            add(route, M, kind, f"op(A, out=O) [{label}]", h, per, gpu)
     return rows
+
+
+def route_cases(tiny: bool):
+    """(label, bits, N, K, block, M, bias, config) of the per-route rows; tiny: simulator-sized."""
+    fpa = {"ep.cuda.fpa_intb_gemm": "1"}
+    chunked = {"numba_nbits.force_route": "dequant_cublas_chunked"}
+    if tiny:
+        return (("4b g32 M=2 bias", 4, 16, 64, 32, 2, True, None), ("8b g32", 8, 16, 64, 32, 1, False, None),
+                ("2b g32", 2, 16, 64, 32, 1, False, None))
+    return (("4b g128 M=8", 4, 4096, 4096, 128, 8, False, None),
+            ("4b g128 bias", 4, 4096, 4096, 128, 1, True, None),
+            ("8b g128", 8, 4096, 4096, 128, 1, False, None),
+            ("2b g64", 2, 4096, 4096, 64, 1, False, None),
+            ("router 32x2880 g32 bias", 4, 32, 2880, 32, 1, True, None),
+            ("fpA_intB M=16", 4, 4096, 4096, 128, 16, False, fpa),
+            ("chunked M=64", 4, 4096, 4096, 128, 64, False, chunked))
+
+
+def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
+    """The detailed rows of one route (every call form, adapt_input, entry.run)."""
+    from numba import cuda
+
+    from numba_nbits import launch
+    from numba_nbits.arrays import _mk, adapt_input
+
+    A_host = rng.standard_normal((M, K)).astype(np.float16)
+    gpu = None
+    for kind, dev, empty in _kinds(sim):
+        A, O = dev(A_host), empty((M, N), np.float16)
+        op(A, out=O)  # builds the plan for M (compiles once)
+        if gpu is None:
+            gpu = _gpu_us_per_call(op, A, O, sim)
+        h, per = _median_us(lambda: op(A, out=O), calls, batches, sync)
+        add(route, M, kind, "op(A, out=O)", h, per, gpu)
+        h, per = _median_us(lambda: op(A), calls, batches, sync)
+        add(route, M, kind, "op(A)", h, per, gpu)
+        if kind == "numba":
+            s = cuda.stream()
+            h, per = _median_us(lambda: op(A, out=O, stream=s), calls, batches, sync)
+            add(route, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
+        h, per = _median_us(lambda: adapt_input(A, "A", sim), calls, batches, sync)
+        add(route, M, kind, "adapt_input(A)", h, per, None)
+        if kind == "numba":  # plan level, once per route
+            entry = op._entries[M]
+            a, o = adapt_input(A, "A", sim).dev, adapt_input(O, "out", sim).dev
+            if sim:
+                a2, o2 = a, o
+            else:
+                a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
+                o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
+            prev = launch.USE_CTYPES
+            try:
+                launch.USE_CTYPES = True
+                h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+                add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
+                if not sim:
+                    launch.USE_CTYPES = False
+                    h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+                    add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
+            finally:
+                launch.USE_CTYPES = prev
+    return gpu
 
 
 def main(argv=None) -> int:

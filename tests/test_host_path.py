@@ -449,3 +449,30 @@ def test_bench_host_tiny(tmp_path, monkeypatch):
     assert {("1", "op(A, out=O)"), ("1", "op(A)"), ("4", "op(A, out=O)")} <= whats
     assert {r["route"] for r in rows if r["M"] == "4"} == {"dequant_cublas"}
     assert all(float(r["host_us"]) > 0 for r in rows)
+    routed = {r["route"] for r in rows if "[" in r["what"]}
+    assert routed == {"gemv_w4", "gemv_w8", "gemv_w2"}  # the tiny per-route rows (bias on the 4-bit one)
+
+
+def test_bench_host_covers_every_route():
+    """The per-route rows of perf/bench_host.py (full size) plus its two detailed cases take every route of
+    the dispatch table: dispatch decides, on the problem and config alone (no kernel runs here)."""
+    import importlib.util
+    import pathlib
+
+    import numba_nbits as nb
+    from numba_nbits.dispatch.routes import ROUTES
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "perf" / "bench_host.py"
+    spec = importlib.util.spec_from_file_location("bench_host", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    taken = {"gemv_w4", "dequant_cublas"}  # the two detailed cases (M=1 default, M=64 forced)
+    for label, bits, n, k, bs, M, bias, config in mod.route_cases(False):
+        per_byte = 8 // bits
+        B = rng.integers(0, 256, (n, k // bs, bs // per_byte), dtype=np.uint8)
+        sc = np.ones((n, k // bs), np.float16)
+        b = np.zeros(n, np.float16) if bias else None
+        op = nb.MatMulNBits(B, sc, None, None, b, K=k, N=n, bits=bits, block_size=bs, config=config)
+        taken.add(op.explain(M).name)
+    assert taken == {r.name for r in ROUTES}
