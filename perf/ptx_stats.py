@@ -1,7 +1,8 @@
-"""Registers, spills and occupancy of gemv_mma specialisations, without a GPU.
+"""Registers, spills and occupancy of gemv_mma specialisations and mixed-GEMM tactics, without a GPU.
 
     PYTHONPATH=. python perf/ptx_stats.py t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 ...   (tag,block,m-tiles[,f16|bf16])
     PYTHONPATH=. python perf/ptx_stats.py --sweep       (every specialisation of perf/sweep_gemv_m1.py)
+    PYTHONPATH=. python perf/ptx_stats.py --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
 
 numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
 lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
@@ -30,33 +31,39 @@ def _ptxas():
     return c[-1] if c else None
 
 
-def compile_ptx(tag: str, bs: int, MT: int, dtype: str):
+def _fake_device():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
-    from numba import cuda
-    from numba.cuda import types
     import numba.cuda.dispatcher as _d
 
     class _Dev:
         compute_capability = (9, 0)
 
     _d.get_current_device = lambda: _Dev()
+
+
+def _kernel_ptx(k) -> str:
+    """PTX for sm_90 of a ``launch.Kernel`` (its jit options that change code generation kept)."""
+    from numba import cuda
+    from numba.cuda import types
+
+    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
+    ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
+    return ptx
+
+
+def compile_ptx(tag: str, bs: int, MT: int, dtype: str):
+    _fake_device()
     from numba_nbits.kernels import gemv_mma as G
 
     tac = G.Tactic.parse(tag)
-    k = G.gemv_mma_kernel(dtype, MT, tac, bs, "none")
-    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
-    ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
-    return tac, ptx
+    return tac, _kernel_ptx(G.gemv_mma_kernel(dtype, MT, tac, bs, "none"))
 
 
-def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
-    t = time.time()
-    tac, ptx = compile_ptx(tag, bs, MT, dtype)
-    out = {"tag": tag, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
+def ptxas_stats(ptx: str) -> dict:
+    """``ptxas -v -arch=sm_90a`` of ``ptx``: regs, spill (store bytes), smem (static bytes), or error."""
     exe = _ptxas()
     if exe is None:
-        out["error"] = "no ptxas"
-        return out
+        return {"error": "no ptxas"}
     with tempfile.TemporaryDirectory() as d:
         fn = os.path.join(d, "k.ptx")
         r = None
@@ -70,18 +77,34 @@ def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
                 break
         text = r.stderr + r.stdout
     if r.returncode != 0:
-        out["error"] = text.strip().splitlines()[-1][:200]
-        return out
-    regs = int(re.findall(r"Used (\d+) registers", text)[0])
-    spill = int(re.findall(r"(\d+) bytes spill stores", text)[0])
-    smem = int((re.findall(r"(\d+) bytes smem", text) or [0])[0])
-    threads = 32 * tac.warps
+        return {"error": text.strip().splitlines()[-1][:200]}
+    return {"regs": int(re.findall(r"Used (\d+) registers", text)[0]),
+            "spill": int(re.findall(r"(\d+) bytes spill stores", text)[0]),
+            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0])}
+
+
+def occupancy(regs: int, smem: int, warps: int) -> int:
+    """Resident blocks per SM of ``warps``-warp blocks (H100/H200: 64K registers allocated per warp in
+    units of 256, 228 KB shared memory with 1 KB reserved per block, at most 32 blocks and 64 warps)."""
     per_warp = -(-regs * 32 // 256) * 256
-    by_regs = 65536 // (per_warp * tac.warps)
+    by_regs = 65536 // (per_warp * warps)
     by_smem = (228 * 1024) // max(smem + 1024, 1)
-    blocks = max(0, min(by_regs, by_smem, 32, 64 // tac.warps))
+    return max(0, min(by_regs, by_smem, 32, 64 // warps))
+
+
+def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
+    t = time.time()
+    tac, ptx = compile_ptx(tag, bs, MT, dtype)
+    out = {"tag": tag, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
+    ps = ptxas_stats(ptx)
+    out.update(ps)
+    if "error" in ps:
+        return out
+    regs, smem = ps["regs"], ps["smem"]
+    threads = 32 * tac.warps
+    blocks = occupancy(regs, smem, tac.warps)
     groups = -(-28672 // (16 * tac.tpw)) * tac.ksplit
-    out.update(regs=regs, spill=spill, smem=smem, threads=threads, blocks_per_sm=blocks,
+    out.update(threads=threads, blocks_per_sm=blocks,
                warps_per_sm=blocks * tac.warps, waves_28672=round(groups / (132 * blocks), 2) if blocks else None)
     if tac.grid and blocks:  # persistent ring kernel: grid = min(groups, grid * 132); groups per CTA instead
         out["persistent_grid"] = min(groups, tac.grid * 132)
@@ -91,7 +114,38 @@ def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
     return out
 
 
+def mixed_stats(tactic: str, bits: int = 4, dtype: str = "float16", bs: int = 128) -> dict:
+    """The mixed GEMM's tactic ``tactic`` (zero points none, no bias, SM80 layout)."""
+    _fake_device()
+    from numba_nbits.kernels import mixed_gemm as MG
+
+    tac = MG.TACTICS[tactic]
+    t = time.time()
+    ptx = _kernel_ptx(MG.mixed_gemm_kernel(dtype, tac, bs, "none", False, 80, bits))
+    out = {"tactic": tactic, "bits": bits, "dtype": dtype, "bs": bs, "bm": tac.bm, "bn": tac.bn,
+           "compile_s": round(time.time() - t, 2)}
+    ps = ptxas_stats(ptx)
+    out.update(ps)
+    if "error" not in ps:
+        warps = tac.threads // 32
+        blocks = occupancy(ps["regs"], ps["smem"], warps)
+        out.update(threads=tac.threads, blocks_per_sm=blocks, warps_per_sm=blocks * warps,
+                   mma_per_warp_stage=4 * tac.tpw * tac.mtw)
+    return out
+
+
 def main(argv):
+    if "--mixed" in argv:
+        from numba_nbits.kernels import mixed_gemm as MG
+
+        for bits in (4, 8):
+            for name in MG.TACTICS:
+                try:
+                    s = mixed_stats(name, bits)
+                except Exception as e:  # noqa: BLE001
+                    s = {"tactic": name, "bits": bits, "error": f"{type(e).__name__}: {e}"[:200]}
+                print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)
+        return
     specs = []
     if "--sweep" in argv:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
