@@ -88,7 +88,7 @@ def check(M, N, K, bs, bits, tac, arch, zp="packed", bias=True, act="float16"):
           "ld": lambda a, i: np.float32(a[i]), "st_": lambda a, i, v: a.__setitem__(i, v),
           "mma": lambda a0, a1, a2, a3, b0, b1, c0, c1, c2, c3: (c0, c1, c2, c3),
           "fma2": lambda a, b, c: np.uint32(0), "pack2": lambda a, b: np.uint32(0),
-          "u32_as_f32": lambda x: np.float32(0)}
+          "u32_as_f32": lambda x: np.float32(0), "ldcg": lambda a, i: np.float32(a[i])}
     exec(compile(X._gen_source(act, tac, bs, zp, bias, arch, bits), "<mixed_gemm>", "exec"), ns)
     fn = ns["mixed_gemm"]
     split = tac.splitk != 1
@@ -96,7 +96,8 @@ def check(M, N, K, bs, bits, tac, arch, zp="packed", bias=True, act="float16"):
             _Arr("scales", N * kb, np.float16), _Arr("zpk", N * kb if zp == "packed" else 1, np.uint8),
             _Arr("zpt", N * kb if zp == "typed" else 1, np.float16), _Arr("bias", N if bias else 1, np.float16),
             _Arr("out", M * N, np.float32), M, K, N, kb, n_full, int(half),
-            _Arr("ws", M * N if split else 1, np.float32), _Arr("cnt", gx * gy if split else 1, np.int32), sps)
+            _Arr("ws", splits * M * N if split else 1, np.float32),  # a slice per split, as the plan's
+            _Arr("cnt", gx * gy if split else 1, np.int32), sps)
     cu.gridDim.x, cu.gridDim.y, cu.gridDim.z = gx, gy, splits
     for bz in range(splits):
         for by in range(gy):

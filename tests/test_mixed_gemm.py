@@ -153,8 +153,9 @@ SPLIT_CASES = [  # (bits, M, N, K, block, dtype, zp, bias, splits): 2 splits of 
 
 @pytest.mark.parametrize("bits,M,N,K,bs,dtype,zp,bias,splits", SPLIT_CASES)
 def test_mixed_gemm_split_k(rng, bits, M, N, K, bs, dtype, zp, bias, splits):
-    """Split-K: each split adds its fp32 partials into the workspace, the last one stores Y and
-    leaves workspace and counters zeroed, so the plan runs again with the same result."""
+    """Split-K: each split stores its fp32 partial tile into its own workspace slice; the last one to
+    arrive sums the slices in split order, adds the bias in fp32, stores Y rounded once and resets
+    the counters, so the plan runs again with bitwise the same result whatever the arrival order."""
     w, A, ref = _make(rng, M, N, K, bs, dtype, zp, bias, bits)
     tac = X.Tactic("split_test", wn=4, wm=1, tpw=2, mtw=2, splitk=splits)
     p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points=zp, has_bias=bias)
@@ -167,10 +168,50 @@ def test_mixed_gemm_split_k(rng, bits, M, N, K, bs, dtype, zp, bias, splits):
         out = to_device(np.full((M, N), np.nan, np.float32).astype(w.np_dtype), SIM)
         plan.run(a, out, 0)
         ys.append(to_host(out))
-        assert not np.any(to_host(plan.workspace)) and not np.any(to_host(plan.counters))
+        assert not np.any(to_host(plan.counters))
     _assert_only_output_rounding(ys[0], ref, dtype)
-    # fp32 sums in arrival order: runs may differ in the last bit of fp32, rarely of Y
-    assert relative_error(ys[1], ys[0]) < TOLERANCES[dtype] / 10
+    # exactly the fixed-order sum of the split slices (+ bias in fp32), rounded once
+    slices = to_host(plan.workspace).reshape(plan.splits, M, N)
+    acc = np.zeros((M, N), np.float32)
+    for z in range(plan.splits):
+        acc = acc + slices[z]
+    if bias:
+        acc = acc + to_host(w.bias).view(w.np_dtype).astype(np.float32)[None, :]
+    assert np.array_equal(ys[0].view(np.uint16), acc.astype(w.np_dtype).view(np.uint16))
+    assert np.array_equal(ys[1].view(np.uint16), ys[0].view(np.uint16))  # bitwise reproducible
+
+
+@pytest.mark.parametrize("bits", X.BITS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mixed_gemm_split_k_sums_in_split_order(bits, dtype):
+    """Crafted so that the order of the fp32 split sums shows in Y: split 0 contributes +2^21 to every
+    output, split 1 -2^21, split 2 +1/32, all exact. In split order (2^21 - 2^21) + 1/32 = 1/32; an
+    order that adds 1/32 to +-2^21 first loses it (the sum lies in [2^20, 2^21), where the fp32 ulp is
+    1/8) and gives 0. On a GPU the splits finish in any order, so this also shows that the reduction
+    does not follow arrival order."""
+    M, N, K, bs = 3, 16, 192, 64  # three 64-k stages, one quantization block each
+    lo = 0  # the most negative code: q - zp = -8 (4-bit) / -128 (8-bit)
+    one = (1 << (bits - 1)) + 1  # q - zp = +1
+    per = 8 // bits  # codes per byte
+    codes = np.empty((N, 3, bs), np.uint8)
+    codes[:, 0], codes[:, 1], codes[:, 2] = lo, lo, one
+    B = codes.reshape(N, 3, bs // per, per)
+    B = (B[..., 0] | (B[..., 1] << 4)).astype(np.uint8) if bits == 4 else codes
+    big = 2.0 ** 21 / (64 * (1 << (bits - 1)))  # 4096 (4-bit) / 256 (8-bit): 64 codes x |q - zp| x scale = 2^21
+    sc = np.array([[big, big, 2.0 ** -11]] * N).astype(np_dtype(dtype))  # split 2: 64 x 1 x 2^-11 = 1/32
+    A = np.concatenate([-np.ones((M, 64)), np.ones((M, 128))], axis=1).astype(np_dtype(dtype))
+    w = build_weights(B, sc, None, bias=None, K=K, N=N, bits=bits, block_size=bs, simulated=SIM)
+    tac = X.Tactic("split_order_test", wn=4, wm=1, tpw=2, mtw=2, splitk=3)
+    p = Problem(M=M, N=N, K=K, bits=bits, block_size=bs, dtype=dtype, zero_points="none", has_bias=False)
+    plan = X.build(w, p, None, tac)
+    assert plan.splits == 3
+    ref = matmul_nbits_ref(A, B, sc, None, K=K, N=N, bits=bits, block_size=bs)
+    assert np.all(ref == 1 / 32)  # the exact value (float64 oracle)
+    a = to_device(A, SIM)
+    for _ in range(3):
+        out = to_device(np.full((M, N), np.nan, np.float32).astype(w.np_dtype), SIM)
+        plan.run(a, out, 0)
+        assert np.all(to_host(out).astype(np.float32) == np.float32(1 / 32))
 
 
 def test_tactic_rejects_bad_fields():

@@ -64,12 +64,12 @@ Weights are converted once per warp and reused for ``MTW`` MMAs. ``TACTICS`` lis
 picks by M.
 
 Split-K tactics (``splitk != 1``; grid z = splits, see ``split_count``): block ``z`` runs its own
-range of k-stages (whole quantization blocks), adds its fp32 tile into an fp32 ``M x N`` workspace
-with atomics, fences, and bumps the tile's arrival counter; the last block to arrive reads the sums
-(atomic reads), zeroes workspace and counter for the next launch, adds the bias and stores Y. The
-contract is unchanged (fp32 block sums scaled in fp32, Y rounded once) except that the fp32 adds
-of the splits happen in arrival order, so two runs may differ in the last bits. Workspace and
-counters belong to the plan: one plan must not run on two streams at once. A plan whose problem
+range of k-stages (whole quantization blocks), stores its fp32 tile into its own slice of an fp32
+``splits x M x N`` workspace, fences, and bumps the tile's arrival counter; the last block to
+arrive sums the slices in split order (0, 1, ...; ``ld.global.cg`` reads, through L2), resets the counter
+for the next launch, adds the bias and stores Y. The contract is unchanged (fp32 block sums scaled
+in fp32, Y rounded once), and the result is bitwise the same whichever split finishes last.
+Workspace and counters belong to the plan: one plan must not run on two streams at once. A plan whose problem
 leaves nothing to split (``split_count`` -> 1) uses the plain kernel.
 """
 from __future__ import annotations
@@ -612,9 +612,12 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
     e(2, "st = nst")
     # epilogue
     if tac.splitk != 1:
-        # split-K: add the fp32 partials into the fp32 workspace; the block that finishes a tile last
-        # (per-tile arrival counter) reads the sums back (atomic reads: L2-coherent), zeroes the
-        # workspace and the counter for the next launch, adds the bias and stores Y (rounded once).
+        # split-K: every split stores its fp32 partial tile into its own workspace slice
+        # ws[z, m, n] (plain stores, no atomics); the block that finishes a tile last (per-tile
+        # arrival counter) reads the slices back in split order z = 0, 1, ... (ld.global.cg: from L2),
+        # so the fp32 sum, and Y, do not depend on the order in which the splits ran; it resets the
+        # counter for the next launch, adds the bias and stores Y (rounded once).
+        e(1, "zoff = np.int64(cuda.blockIdx.z) * M * N")
         for i in range(TPW):
             e(1, f"if tv_{i}:")
             e(2, f"nlo = (tile0 + {i}) * 16 + g")
@@ -624,7 +627,7 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                     n_expr = "nlo" if r < 2 else "nlo + 8"
                     m_expr = "mr" if r % 2 == 0 else "mr + 1"
                     e(2, f"if {m_expr} < M:")
-                    e(3, f"cuda.atomic.add(ws, ({m_expr}) * N + {n_expr}, acc_{i}_{mt}_{r})")
+                    e(3, f"ws[zoff + ({m_expr}) * N + {n_expr}] = acc_{i}_{mt}_{r}")
         e(1, "cuda.threadfence()")
         e(1, "cuda.syncthreads()")
         e(1, "arrived = cuda.shared.array(1, np.int32)")
@@ -634,22 +637,26 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         e(1, "cuda.syncthreads()")
         e(1, "if arrived[0] != cuda.gridDim.z - 1:")
         e(2, "return")
+        e(1, "cuda.threadfence()")
         for i in range(TPW):
             for mt in range(MTW):
                 for r in range(4):
                     e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+        e(1, "mn = M * N")
+        e(1, "z = 0")
+        e(1, "while z < cuda.gridDim.z:")
         for i in range(TPW):
-            e(1, f"if tv_{i}:")
-            e(2, f"nlo = (tile0 + {i}) * 16 + g")
+            e(2, f"if tv_{i}:")
+            e(3, f"nlo = (tile0 + {i}) * 16 + g")
             for mt in range(MTW):
-                e(2, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
+                e(3, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
                 for r in range(4):
                     n_expr = "nlo" if r < 2 else "nlo + 8"
                     m_expr = "mr" if r % 2 == 0 else "mr + 1"
-                    e(2, f"if {m_expr} < M:")
-                    e(3, f"wi = ({m_expr}) * N + {n_expr}")
-                    e(3, f"acc_{i}_{mt}_{r} = cuda.atomic.add(ws, wi, np.float32(0))")
-                    e(3, "ws[wi] = np.float32(0)")
+                    e(3, f"if {m_expr} < M:")
+                    # ld.global.cg: served by L2, where the other splits' stores are (not a stale L1 line)
+                    e(4, f"acc_{i}_{mt}_{r} += ldcg(ws, z * mn + ({m_expr}) * N + {n_expr})")
+        e(2, "z += 1")
         e(1, "if tid == 0:")
         e(2, "cnt[tile_id] = 0")
     for i in range(TPW):
@@ -680,7 +687,7 @@ def mixed_gemm_kernel(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, a
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st_": STORES[act],
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
-        "pack2": _I.pack_bf16x2, "u32_as_f32": _I.u32_as_f32,
+        "pack2": _I.pack_bf16x2, "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg,
     }
     name = f"mixed_gemm_w{bits}_{act}_{tac.name}_b{BS}_{ZP}{'_bias' if HAS_BIAS else ''}_sm{arch}"
     exec(compile(src, f"<{name}>", "exec"), ns)
@@ -719,8 +726,9 @@ class MixedGemmPlan:
         zpk = pk.zp if weights.zp_kind == "packed" else du8
         zpt = pk.zp if weights.zp_kind == "typed" else dact
         bias = weights.bias.view(self._elem) if has_bias else dact
-        if ktac.splitk != 1:  # zeroed once here; the kernel leaves them zeroed after every launch
-            ws = to_device(np.zeros(M * self.N, np.float32), weights.simulated)
+        if ktac.splitk != 1:  # one fp32 slice per split (overwritten every launch); counters zeroed once
+            # here, the last block of each tile resets its counter after every launch
+            ws = to_device(np.zeros(self.splits * M * self.N, np.float32), weights.simulated)
             cnt = to_device(np.zeros(gx * gy, np.int32), weights.simulated)
         else:
             ws, cnt = weights.dummy(np.float32), weights.dummy(np.int32)
