@@ -23,7 +23,10 @@ Profiles (chosen by ``SIMULATED``):
   profile.
 
 The number of examples run (total, per route, per bits/dtype) is printed at the end of the module
-and written to ``$OUT/fuzz_cases.json`` when ``OUT`` is set.
+and written to ``$OUT/fuzz_cases.json`` when ``OUT`` is set; with ``OUT`` set the file is also
+rewritten after every example (``"finished": false`` until the module ends), and every failing
+example is appended to ``$OUT/fuzz_failures.log`` the moment it fails (before hypothesis shrinks it),
+so a shard killed by a device-call time limit still reports what it checked and what failed.
 """
 from __future__ import annotations
 
@@ -74,11 +77,23 @@ else:
 CASES: collections.Counter = collections.Counter()
 
 
+def _summary(finished: bool) -> dict:
+    return {"profile": "simulator" if SIMULATED else "gpu", "max_examples": MAX_EXAMPLES,
+            "missing_route_modules": MISSING, "finished": finished, "counts": dict(sorted(CASES.items()))}
+
+
+def _write_counts(out: str, summary: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "fuzz_cases.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(summary, f, indent=1)
+    os.replace(path + ".tmp", path)  # a kill never leaves a half-written file
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _report_counts(request):
     yield
-    summary = {"profile": "simulator" if SIMULATED else "gpu", "max_examples": MAX_EXAMPLES,
-               "missing_route_modules": MISSING, "counts": dict(sorted(CASES.items()))}
+    summary = _summary(finished=True)
     text = f"test_fuzz: {CASES['total']} cases run ({summary['profile']} profile); " + json.dumps(summary["counts"])
     rep = request.config.pluginmanager.get_plugin("terminalreporter")
     if rep is not None:
@@ -88,9 +103,7 @@ def _report_counts(request):
         print(text)
     out = os.environ.get("OUT")
     if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "fuzz_cases.json"), "w") as f:
-            json.dump(summary, f, indent=1)
+        _write_counts(out, summary)
 
 
 # ------------------------------------------------------------------------------------ strategies
@@ -259,11 +272,21 @@ def test_fuzz_vs_oracle(p, data):
             assert op.route(M) == route
     note(f"problem {p}, M={M}, route={route}")
     ref = matmul_nbits_ref(A, B, s, zp, gi, b, K=K, N=N, bits=bits, block_size=block)
-    Y = run_op(op, A, p["io"])
-    check_result(Y, ref, p["dtype"])
+    out = os.environ.get("OUT")
+    try:
+        Y = run_op(op, A, p["io"])
+        check_result(Y, ref, p["dtype"])
+    except Exception as exc:
+        if out:  # logged now: a time limit may kill the process while hypothesis shrinks
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "fuzz_failures.log"), "a") as f:
+                f.write(f"problem {p}, M={M}, route={route}: {type(exc).__name__}: {exc}\n")
+        raise
     CASES["total"] += 1
     CASES[f"route:{route if M > 0 else 'M=0'}"] += 1
     CASES[f"bits{bits}/{p['dtype']}"] += 1
+    if out:
+        _write_counts(out, _summary(finished=False))
 
 
 def test_fuzz_covers_every_available_route():
