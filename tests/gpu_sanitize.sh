@@ -72,6 +72,15 @@ report() {  # log -> prints, returns 1 on any problem
     tests=$(grep -E "(passed|failed|error|skipped|no tests ran)" "$log" | grep -E " in [0-9.]+s" | tail -1)
     echo "    $(basename "$log"): ${summary:-ERROR SUMMARY line missing (sanitizer crashed or timed out? see $log)}"
     echo "    pytest: ${tests:-no summary line (see $log)}; exit code ${rc:-?}"
+    if [ "${rc:-}" = "124" ]; then  # killed by SANITIZER_TIMEOUT: what ran before the kill (pytest -q progress)
+        local prog passed failed found
+        prog=$(grep -E '^[.sxXFE]+ *(\[ *[0-9]+%\])?$' "$log" | tr -d ' []%0-9\n')
+        passed=$(printf '%s' "$prog" | tr -cd '.' | wc -c)
+        failed=$(printf '%s' "$prog" | tr -cd 'FE' | wc -c)
+        found=$(grep -cE "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log")
+        echo "    killed by SANITIZER_TIMEOUT=${SAN_T}s after $passed passed and $failed failed tests;" \
+             "sanitizer error reports before the kill: $found"
+    fi
     if [ "${rc:-1}" != "0" ] || [ -z "$summary" ] || ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors"; then
         grep -E "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log" | head -10 | sed 's/^/    /'
         return 1
