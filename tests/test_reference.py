@@ -154,3 +154,54 @@ def test_modules_do_not_import_numba():
     for mod in (fm, ref):
         src = open(mod.__file__).read()
         assert "import numba" not in src and "from numba" not in src and "os.environ" not in src
+
+
+def test_rounding_scale_is_the_root_sum_square_of_the_terms():
+    rng = np.random.default_rng(5)
+    N, K, bits, bs = 3, 40, 8, 32
+    _, B, s, zp, g, b = _problem(rng, N=N, K=K, bits=bits, bs=bs, zp_kind="typed", g_idx=True, bias=True)
+    A = rng.standard_normal((2, 2, K)).astype(np.float32)
+    sc = ref.rounding_scale(A, B, s, zp, g, b, K=K, N=N, bits=bits, block_size=bs)
+    w = ref.dequantize_ref(B, s, zp, g, K=K, N=N, bits=bits, block_size=bs)
+    assert sc.shape == (2, 2, N)
+    for i in range(2):
+        for j in range(2):
+            for n in range(N):
+                terms = [float(A[i, j, k]) * w[n, k] for k in range(K)] + [float(b[n])]
+                assert sc[i, j, n] == pytest.approx(np.sqrt(sum(t * t for t in terms)), rel=1e-12)
+    with pytest.raises(ValueError, match="scale must have the shape"):
+        ref.relative_error(sc, sc, scale=sc[..., :1])
+
+
+@pytest.mark.parametrize("name, dt", [("float32", np.float32), ("float16", np.float16)])
+def test_relative_error_scale_judges_a_cancelling_output_by_its_terms(name, dt):
+    """A T-rounded-weight result of a badly cancelling single output fails the plain relative error
+    (its rounding errors are the products' size, not the sum's) and passes with ``rounding_scale``;
+    a wrong result (the zero point off by one) still fails with the scale. (A single wrong code in a
+    single cancelling fp16 output can be as small as fp16's own rounding of the 40 weights: no
+    measure can tell those apart; with many outputs ``||Y||`` dominates the denominator again.)"""
+    rng = np.random.default_rng(7)
+    K, N, bits, bs = 40, 1, 8, 128
+    for _ in range(2000):  # search a cancelling instance: |y| < |terms|_2 / 200
+        B = rng.integers(0, 256, (N, 1, bs), dtype=np.uint8)
+        s = rng.uniform(0.5, 2.0, (N, 1)).astype(dt) / dt(128)
+        zp = (rng.integers(0, 256, (N, 1)) + rng.choice([0.0, 0.5], (N, 1))).astype(dt)
+        b = np.array([rng.standard_normal() * 0.2], dt)
+        A = rng.standard_normal((1, K)).astype(dt)
+        y = ref.matmul_nbits_ref(A, B, s, zp, None, b, K=K, N=N, bits=bits, block_size=bs)
+        sc = ref.rounding_scale(A, B, s, zp, None, b, K=K, N=N, bits=bits, block_size=bs)
+        if abs(y[0, 0]) * 200 < sc[0, 0]:
+            break
+    else:
+        pytest.fail("no cancelling instance found")
+    w = ref.dequantize_ref(B, s, zp, None, K=K, N=N, bits=bits, block_size=bs)
+    # what a kernel computes: weights rounded to T (here with a relative perturbation of u_T, the worst
+    # case of that rounding), products summed in fp32, bias added, rounded to T once
+    u = float(np.finfo(dt).eps) / 2
+    wt = (w * (1 + u * np.sign(A.astype(np.float64)))).astype(np.float32)
+    yk = (A.astype(np.float32) @ wt.T + b.astype(np.float32)).astype(dt)
+    assert ref.relative_error(yk, y) > ref.TOLERANCES[name]  # the plain measure calls this wrong
+    assert ref.relative_error(yk, y, scale=sc) < ref.TOLERANCES[name]
+    # a decode bug (the block's zero point read one too high) is still caught
+    bad = y - float(A.astype(np.float64).sum()) * float(s[0, 0])
+    assert ref.relative_error(bad, y, scale=sc) > ref.TOLERANCES[name]
