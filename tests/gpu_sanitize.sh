@@ -17,6 +17,8 @@
 #   NUMBA_NBITS_FUZZ_EXAMPLES  hypothesis examples of tests/test_fuzz.py, default 40 here (the
 #                       sanitizers slow kernels down 10-100x)
 #   PYTEST_ADDOPTS      extra pytest options (pytest reads it itself), e.g. -k, -m "not slow", -x
+#   SANITIZER_PRINT_LIMIT  reports printed per process (default 50); with SANITIZER_BACKTRACE=no (no host
+#                       backtraces) a large limit keeps logs small enough to tally every report by kernel
 #
 # For each tool it prints the tool's "ERROR SUMMARY" line and pytest's summary line; the script exits
 # 1 if any tool reported an error or any test failed, 0 otherwise. The simulator is disabled
@@ -59,7 +61,8 @@ run_one() {  # log tool pytest-args...: one sanitizer process, its output (and "
     local args=("$@")
     local to=()
     if [ "$SAN_T" -gt 0 ]; then to=(timeout "$SAN_T"); fi
-    "${to[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 50 "${EXTRA[@]}" \
+    "${to[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit "${SANITIZER_PRINT_LIMIT:-50}" \
+        --show-backtrace "${SANITIZER_BACKTRACE:-yes}" "${EXTRA[@]}" \
         "$PY" -m pytest -q -p no:cacheprovider "${args[@]}" >"$log" 2>&1
     echo "EXIT $?" >> "$log"
 }
@@ -68,7 +71,9 @@ report() {  # log -> prints, returns 1 on any problem
     local log=$1
     local rc summary tests
     rc=$(grep -E "^EXIT [0-9]+" "$log" | tail -1 | cut -d' ' -f2)
-    summary=$(grep -E "ERROR SUMMARY" "$log" | tail -1)
+    # memcheck / initcheck end with "ERROR SUMMARY: n errors", racecheck with
+    # "RACECHECK SUMMARY: n hazards displayed (e errors, w warnings)"
+    summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | grep -v "were not printed" | tail -1)
     tests=$(grep -E "(passed|failed|error|skipped|no tests ran)" "$log" | grep -E " in [0-9.]+s" | tail -1)
     echo "    $(basename "$log"): ${summary:-ERROR SUMMARY line missing (sanitizer crashed or timed out? see $log)}"
     echo "    pytest: ${tests:-no summary line (see $log)}; exit code ${rc:-?}"
@@ -81,8 +86,13 @@ report() {  # log -> prints, returns 1 on any problem
         echo "    killed by SANITIZER_TIMEOUT=${SAN_T}s after $passed passed and $failed failed tests;" \
              "sanitizer error reports before the kill: $found"
     fi
-    if [ "${rc:-1}" != "0" ] || [ -z "$summary" ] || ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors"; then
-        grep -E "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log" | head -10 | sed 's/^/    /'
+    if [ "${rc:-1}" != "0" ] || [ -z "$summary" ] || \
+       ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)"; then
+        grep -E "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log" | sort | uniq -c | sort -rn | head -5 \
+            | sed 's/^/    /'
+        echo "    printed reports by kernel:"  # where the printed reports happened (abi suffix and arguments cut)
+        grep -E "^=========     at " "$log" | sed -E 's/^=========     at //; s/\[abi[^]]*\]//; s/\(.*//' \
+            | sort | uniq -c | sort -rn | head -8 | sed 's/^/      /'
         return 1
     fi
     return 0

@@ -579,6 +579,15 @@ def test_missing_from_runs_only_what_a_results_dir_lacks(tmp_path, capsys):
     assert meta["skipped"] == [] and len(df[df["kind"] == "ours"]) == len(full.all_cases)
     assert any(f"{len(skipped)} case(s) skipped by one input were measured by another" in w
                for w in meta["merge_warnings"])
+    # a rerun whose budget again skipped its last case: that case is listed once, with the rerun's entry
+    again = [dict(skipped[-1], reason="time budget exhausted (rerun)")]
+    third = tmp_path / "third"
+    report.write_results(third, rest[:-1], {"env": dict(_ENV, git_commit="def"), "ceilings": dict(_CEIL),
+                                            "skipped": again, "notes": [], "wall_s": 1.0}, plots=False)
+    df3, meta3 = merge.merge_frames([first, third])
+    assert [s["reason"] for s in meta3["skipped"]] == ["time budget exhausted (rerun)"]
+    assert meta3["skipped"][0]["shard"] == third.name
+    assert any("1 skipped case(s) were skipped by more than one input" in w for w in meta3["merge_warnings"])
     with pytest.raises(SystemExit):  # everything measured: nothing to run
         cli.parse(["--quick", "--missing-from", str(_write_all(tmp_path, rows + rest))])
     with pytest.raises(SystemExit):

@@ -187,6 +187,15 @@ def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
         skipped = [s for s in skipped if _skip_key(s) not in done]
         warnings.append(f"{len(later)} case(s) skipped by one input were measured by another (not listed as "
                         "skipped)")
+    # a case skipped by an earlier run and again by the --missing-from run that retried it is one case:
+    # keep the last input's entry (its reason is the current one)
+    last = {}
+    for s in skipped:
+        last[_skip_key(s)] = s
+    if len(last) < len(skipped):
+        warnings.append(f"{len(skipped) - len(last)} skipped case(s) were skipped by more than one input "
+                        "(listed once, with the last input's reason)")
+        skipped = list(last.values())
     for _, _, m, lab in loaded:
         for n in m.get("notes", []):
             if list(n) not in notes:

@@ -26,7 +26,9 @@ nvidia-h200-x2, 500-515 s budgets; ``perf/results/2026-11-30-h200-x2-full``) mea
 cases in 2142 s; warm-up (compilation) was ~60% of it: ~7 s per case at M <= 16, ~2.5 s above.
 The constants below were fitted to those four shards (estimate / measured wall 0.83-1.16 per
 shard; the old constants gave 0.44-0.61) and put the full plan at ~50 min; they only
-need to be right relatively. **Partition:** longest-processing-time greedy — units sorted by
+need to be right relatively. Check (same day, commit e3c4a65): the three ``--missing-from`` shards of
+the 105 skipped cases, estimated at 393 / 401 / 413 s, ran into their 405 s budgets with 5, 8 and 0
+cases left, i.e. the model is ~5-10% optimistic for the 2/8-bit, g64 and zero-point tiers. **Partition:** longest-processing-time greedy — units sorted by
 estimated cost (descending, ties by plan position) each go to the shard with the smallest load so
 far (ties: lowest index). That bounds the largest shard by ``mean + largest unit``, i.e. within
 ``BALANCE_FACTOR`` (1.5) of the mean whenever every unit is splittable; a single case is never cut.
