@@ -627,3 +627,25 @@ def test_host_time_is_the_steady_state_pass():
     row = measure(SimBackend(), sub, b, graphs=False)
     assert sub.seen == {0, 1, 2, 3}  # the slow first calls all happened inside the host-time loop
     assert row["host_us"] < 5000  # timed in the first pass, 4 x 20 ms over 8 calls would read 10,000 us
+
+
+def test_gemv_grid_plan_is_the_gemv_issue_grid():
+    cases = shapes.expand(shapes.GEMV_GRID_PLAN)
+    assert len(cases) == 280
+    assert {c.shape for c in cases} == {"l3-8b-attn", "l3-8b-up", "l3-8b-down", "l3-70b-up", "l3-70b-down",
+                                        "lmhead-l3", "router-gptoss"}
+    assert {c.M for c in cases} == {1, 2, 4, 8, 16}
+    assert {(c.bits, c.block) for c in cases} == {(4, 32), (4, 128), (8, 128), (2, 64)}
+    assert {c.dtype for c in cases} == {"float16", "bfloat16"} and {c.zp for c in cases} == {"none"}
+    assert {(s.N, s.K) for s in map(shapes.shape_named, {c.shape for c in cases})} == {
+        (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096), (32, 2880)}
+    a = cli.parse(["--plan", "gemv-grid"])
+    assert a.all_cases == cases and a.plan_name == "gemv-grid" and not a.quick
+    assert a.budget_s == cli.FULL_BUDGET_S
+    q = cli.parse(["--plan", "quick"])
+    assert q.quick and q.budget_s == cli.QUICK_BUDGET_S and q.all_cases == shapes.expand(shapes.QUICK_PLAN)
+    assert cli.parse(["--quick"]).all_cases == q.all_cases
+    with pytest.raises(SystemExit):
+        cli.parse(["--quick", "--plan", "gemv-grid"])
+    s = cli.parse(["--plan", "gemv-grid", "--shard", "1/4"])
+    assert cli.shard_meta(s)["shard"]["plan"] == "gemv-grid"

@@ -2,7 +2,7 @@
 
 Forms::
 
-    python -m numba_nbits.perf [--quick] [--sweep ...] [filters] [--out DIR]   # one run
+    python -m numba_nbits.perf [--quick | --plan full|quick|gemv-grid] [--sweep ...] [filters] [--out DIR]   # one run
     python -m numba_nbits.perf --shard I/N [same options]                       # part I of N of that run
     python -m numba_nbits.perf --shard I/N --dry-run                            # cases and est. seconds per shard
     python -m numba_nbits.perf merge DIR [DIR ...] [--out DIR] [--no-plots]     # shards -> one report
@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from .shapes import ALL_BITS, FULL_PLAN, QUICK_PLAN, SHAPES, SWEEPS, expand, parse_dtype
+from .shapes import ALL_BITS, PLANS, SHAPES, SWEEPS, expand, parse_dtype
 from .shard import ShardSpec, parse_shard
 
 QUICK_BUDGET_S = 90.0
@@ -62,7 +62,12 @@ def parser() -> argparse.ArgumentParser:
         epilog=f"Named shapes: {', '.join(SHAPES)} (or NxK). Full sweep ~50 min on an H200 (run it as "
                f"--shard 1/N .. N/N, then `python -m numba_nbits.perf merge DIRS --out DIR`; finish a budget-cut "
                f"sweep with --missing-from DIR), --quick ~1 min.")
-    p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16")
+    p.add_argument("--quick", action="store_true", help="a few shapes, M in {1,16,256}, 4-bit g32/g128 fp16 "
+                                                         "(= --plan quick)")
+    p.add_argument("--plan", choices=tuple(PLANS), default=None,
+                   help="full (default): every tier of the sweep; quick: as --quick; gemv-grid: the GEMV "
+                        "benchmark grid (7 shapes incl. the LM head and the router, M 1-16, 4-bit g32/g128, "
+                        "8-bit g128, 2-bit g64, fp16 and bf16: 280 cases)")
     p.add_argument("--sweep", choices=SWEEPS, default="all",
                    help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
     p.add_argument("--shapes", type=_names, help="comma-separated shape names (replace the plan's shapes)")
@@ -112,7 +117,13 @@ def parse(argv=None) -> argparse.Namespace:
                 shape_named(s)
         except ValueError as e:
             parser().error(str(e))
-    a.plan = QUICK_PLAN if a.quick else FULL_PLAN
+    if a.quick and a.plan not in (None, "quick"):
+        parser().error(f"--quick and --plan {a.plan} contradict each other")
+    if a.quick:
+        a.plan = "quick"
+    a.plan_name = a.plan or "full"
+    a.quick = a.plan_name == "quick"
+    a.plan = PLANS[a.plan_name]
     a.all_cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes,
                          sweep=a.sweep)
     a.pool = a.all_cases
@@ -173,7 +184,7 @@ def shard_meta(a: argparse.Namespace) -> dict:
     if a.shard is None:
         return {}
     return {"shard": {"index": a.shard.index, "count": a.shard.count, "label": a.shard.label,
-                      "cases": len(a.cases), "total_cases": len(a.pool), "plan": "quick" if a.quick else "full",
+                      "cases": len(a.cases), "total_cases": len(a.pool), "plan": a.plan_name,
                       "est_s": round(estimate_s(a.cases), 1)}}
 
 

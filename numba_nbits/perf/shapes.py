@@ -125,6 +125,19 @@ QUICK_PLAN: tuple = (
     Tier("quick-router", ("router-gptoss",), (1, 16), (4,), (32,), ("float16",), router_ab=True),
 )
 
+# The GEMV issue's benchmark grid: its 7 (N, K) (Llama-3 projections, the 128256x4096 LM head, the
+# 32x2880 router), M 1..16, 4-bit g32 / g128, 8-bit g128 and 2-bit g64, fp16 and bf16 (280 cases).
+_GEMV_GRID_SHAPES = _PROJ + ("lmhead-l3", "router-gptoss")
+_GEMV_GRID_M = (1, 2, 4, 8, 16)
+GEMV_GRID_PLAN: tuple = (
+    Tier("gemv-4b", _GEMV_GRID_SHAPES, _GEMV_GRID_M, (4,), (32, 128), ("float16", "bfloat16")),
+    Tier("gemv-8b-g128", _GEMV_GRID_SHAPES, _GEMV_GRID_M, (8,), (128,), ("float16", "bfloat16")),
+    Tier("gemv-2b-g64", _GEMV_GRID_SHAPES, _GEMV_GRID_M, (2,), (64,), ("float16", "bfloat16")),
+)
+
+#: ``--plan`` names.
+PLANS = {"full": FULL_PLAN, "quick": QUICK_PLAN, "gemv-grid": GEMV_GRID_PLAN}
+
 SWEEPS = ("gemv", "gemm", "router", "all")
 GEMV_MAX_M = 16  # --sweep gemv keeps M <= 16 (the fused-GEMV regime), gemm keeps M > 16
 ROUTER_AB_MAX_M = 16  # the B arm of the router A/B is run up to this M (the router GEMV serves M = 1)
