@@ -160,6 +160,15 @@ def _check_bias(bias, N):
     return _f64(b)
 
 
+def _operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size):
+    """Checked float64 operands of one problem: (A as M x K, W as N x K, bias or None, A's leading shape)."""
+    K, N, bits, block_size = _check_common(K, N, bits, block_size)
+    a = _check_A(A, K)
+    b = _check_bias(bias, N)
+    w = dequantize_ref(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size)
+    return a.reshape(-1, K), w, b, a.shape[:-1]
+
+
 def matmul_nbits_ref(
     A,
     B,
@@ -174,12 +183,8 @@ def matmul_nbits_ref(
     block_size: int,
 ) -> np.ndarray:
     """float64 ``Y = A @ W.T (+ bias)`` of shape ``A.shape[:-1] + (N,)``; A must have rank >= 2."""
-    K, N, bits, block_size = _check_common(K, N, bits, block_size)
-    a = _check_A(A, K)
-    b = _check_bias(bias, N)
-    w = dequantize_ref(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size)
-    lead = a.shape[:-1]
-    y = a.reshape(-1, K) @ w.T
+    a, w, b, lead = _operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size)
+    y = a @ w.T
     if b is not None:
         y = y + b
     return y.reshape(lead + (N,))
@@ -270,13 +275,9 @@ def rounding_scale(
 ) -> np.ndarray:
     """float64 ``sqrt(A**2 @ (W**2).T + bias**2)``, shaped like Y: the root-sum-square of the terms
     each output sums, the natural size of its rounding errors (see the module docstring)."""
-    K, N, bits, block_size = _check_common(K, N, bits, block_size)
-    a = _check_A(A, K)
-    b = _check_bias(bias, N)
-    w = dequantize_ref(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size)
-    lead = a.shape[:-1]
+    a, w, b, lead = _operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size)
     with np.errstate(over="ignore", invalid="ignore"):
-        s2 = np.square(a.reshape(-1, K)) @ np.square(w).T
+        s2 = np.square(a) @ np.square(w).T
         if b is not None:
             s2 = s2 + np.square(b)
     return np.sqrt(s2).reshape(lead + (N,))
