@@ -67,6 +67,8 @@ run_one() {  # log tool pytest-args...: one sanitizer process, its output (and "
     echo "EXIT $?" >> "$log"
 }
 
+REPORT_RE="^========= (Invalid|Race|Uninitialized|Error|Program hit)"  # the first line of each report
+
 report() {  # log -> prints, returns 1 on any problem
     local log=$1
     local rc summary tests
@@ -82,13 +84,13 @@ report() {  # log -> prints, returns 1 on any problem
         prog=$(grep -E '^[.sxXFE]+ *(\[ *[0-9]+%\])?$' "$log" | tr -d ' []%0-9\n')
         passed=$(printf '%s' "$prog" | tr -cd '.' | wc -c)
         failed=$(printf '%s' "$prog" | tr -cd 'FE' | wc -c)
-        found=$(grep -cE "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log")
+        found=$(grep -cE "$REPORT_RE" "$log")
         echo "    killed by SANITIZER_TIMEOUT=${SAN_T}s after $passed passed and $failed failed tests;" \
              "sanitizer error reports before the kill: $found"
     fi
     if [ "${rc:-1}" != "0" ] || [ -z "$summary" ] || \
        ! echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)"; then
-        grep -E "^========= (Invalid|Race|Uninitialized|Error|Program hit)" "$log" | sort | uniq -c | sort -rn | head -5 \
+        grep -E "$REPORT_RE" "$log" | sort | uniq -c | sort -rn | head -5 \
             | sed 's/^/    /'
         echo "    printed reports by kernel:"  # where the printed reports happened (abi suffix and arguments cut)
         grep -E "^=========     at " "$log" | sed -E 's/^=========     at //; s/\[abi[^]]*\]//; s/\(.*//' \

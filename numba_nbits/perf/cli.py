@@ -119,9 +119,7 @@ def parse(argv=None) -> argparse.Namespace:
             parser().error(str(e))
     if a.quick and a.plan not in (None, "quick"):
         parser().error(f"--quick and --plan {a.plan} contradict each other")
-    if a.quick:
-        a.plan = "quick"
-    a.plan_name = a.plan or "full"
+    a.plan_name = "quick" if a.quick else (a.plan or "full")
     a.quick = a.plan_name == "quick"
     a.plan = PLANS[a.plan_name]
     a.all_cases = expand(a.plan, shapes=a.shapes, Ms=a.Ms, bits=a.bits, blocks=a.blocks, dtypes=a.dtypes,
