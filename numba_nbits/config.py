@@ -86,6 +86,9 @@ ENV_FORCE_ROUTE = "NUMBA_NBITS_FORCE_ROUTE"
 KEY_FORCE_ROUTE = "numba_nbits.force_route"
 ENV_SCRATCH_LIMIT_MB = "NUMBA_NBITS_SCRATCH_LIMIT_MB"
 KEY_SCRATCH_LIMIT_MB = "numba_nbits.scratch_limit_mb"
+# Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
+ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
+ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
 
 # Defaults that are numbers in the spec.
 DEFAULT_CHUNK_SIZE = 32768  # ORT kDefaultChunkTargetRows (spec section 6)
@@ -542,12 +545,38 @@ def _rows() -> tuple[EnvRow, ...]:
     return tuple(rows)
 
 
+#: The process-wide variables (not part of :class:`Config`: they configure the compiled-kernel cache
+#: of ``launch.py``, shared by every operator of the process; read once, at the first compilation).
+PROCESS_ENV_TABLE: tuple[EnvRow, ...] = (
+    EnvRow(ENV_KERNEL_CACHE, "env", "1", "bool: 0/1/true/false; empty = default",
+           "keep compiled kernels (cubins) on disk and load them instead of compiling again "
+           "(per process, machine and toolchain; see `launch.py`)", "— (process-wide)"),
+    EnvRow(ENV_KERNEL_CACHE_DIR, "env", "`$XDG_CACHE_HOME/numba_nbits/kernels` (else `~/.cache/...`)",
+           "path; empty = default", "directory of the compiled-kernel cache", "— (process-wide)"),
+)
+
 #: One row per environment variable / config key / option, in Config field order.
 ENV_TABLE: tuple[EnvRow, ...] = _rows()
 
 
+def kernel_cache_dir(env: Mapping[str, str]) -> str | None:
+    """The compiled-kernel cache directory from ``NUMBA_NBITS_KERNEL_CACHE`` /
+    ``NUMBA_NBITS_KERNEL_CACHE_DIR`` of ``env`` (``launch.py`` passes the process environment at the first
+    compilation), or None when the cache is off.
+
+    Raises ValueError naming the variable for a value that does not parse."""
+    text = env.get(ENV_KERNEL_CACHE, "").strip()
+    if text and not _parse_bool(text, ENV_KERNEL_CACHE, "env"):
+        return None
+    d = env.get(ENV_KERNEL_CACHE_DIR, "").strip()
+    if not d:
+        base = env.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "numba_nbits", "kernels")
+    return d
+
+
 def env_table_markdown() -> str:
-    """:data:`ENV_TABLE` as a GitHub markdown table (for the README)."""
+    """:data:`ENV_TABLE` and then :data:`PROCESS_ENV_TABLE` as a GitHub markdown table (for the README)."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
@@ -556,9 +585,10 @@ def env_table_markdown() -> str:
         "| name | kind | default | parse | effect | `Config` field |",
         "|---|---|---|---|---|---|",
     ]
-    for row in ENV_TABLE:
+    for row in ENV_TABLE + PROCESS_ENV_TABLE:
+        field = f"`{row.field}`" if row in ENV_TABLE else row.field
         lines.append(
             f"| `{row.name}` | {row.kind} | {cell(row.default)} | {cell(row.parse)} "
-            f"| {cell(row.effect)} | `{row.field}` |"
+            f"| {cell(row.effect)} | {field} |"
         )
     return "\n".join(lines) + "\n"

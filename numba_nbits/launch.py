@@ -23,12 +23,34 @@ module removes that cost:
   faster (plan-level 9.83 us/call with ctypes vs 8.95 us with cuda-bindings), so it is off by default.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch
   with NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
+* **Compiled-kernel cache.** numba's pipeline (typing, lowering, NVVM) takes ~1.5-7 s per
+  specialisation, and a process compiles dozens (the fpA_intB profiler compiles every tactic of a
+  bucket). On a GPU, each compiled kernel's cubin is written to a directory
+  (``NUMBA_NBITS_KERNEL_CACHE_DIR``, default ``~/.cache/numba_nbits/kernels``;
+  ``NUMBA_NBITS_KERNEL_CACHE=0`` turns it off) under a key that hashes everything the code depends on:
+  the source of every ``numba_nbits`` module, the kernel's name, argument types and jit options, a
+  structural fingerprint of the Python function (its bytecode, constants, closure values and the
+  globals it names, recursively through the functions it calls, so closures of one factory with
+  different constants get different keys), the compute capability, the numba / numba-cuda / NVVM
+  versions and the driver version. A later ``Kernel`` with the same key (in this or another process)
+  loads the cubin through numba's context (``create_module_image`` + ``get_function``, what numba does
+  with its own cubins) instead of compiling. Files are written atomically (temp file + rename), so
+  concurrent processes share the directory safely; an unreadable or mismatching file is ignored and
+  the kernel compiled again. A value the fingerprint cannot describe stably (an object whose ``repr``
+  is its address) makes the key unique to the process: never a wrong hit, only a miss.
+  ``Kernel.dispatcher()`` still compiles through numba when a tool needs the dispatcher itself (PTX /
+  SASS inspection).
 """
 from __future__ import annotations
 
 import ctypes
+import enum
+import hashlib
+import json
 import math
+import os
 import threading
+import types as _pytypes
 from typing import Any, Sequence
 
 import numpy as np
@@ -140,6 +162,205 @@ def is_capturing(stream_handle: int) -> bool:
     return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
+# ------------------------------------------------------------------------------------------------
+# The compiled-kernel cache (see the module docstring)
+
+_CACHE_FORMAT = "numba_nbits-kernel-cache-1"
+_CACHE_STATE: dict = {}  # "cache": the process's _KernelCache or None (resolved once)
+_UNSTABLE = "@@id@@"  # marks a fingerprint part that names an object by its address
+
+
+def _current_cc() -> tuple[int, int]:
+    from numba import cuda
+
+    return tuple(cuda.current_context().device.compute_capability)
+
+
+def _package_fingerprint() -> str:
+    """sha256 over the path and bytes of every ``.py`` file of the numba_nbits package (computed once)."""
+    fp = _CACHE_STATE.get("package")
+    if fp is None:
+        root = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for d, dirs, files in os.walk(root):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(d, f)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as fh:
+                        h.update(fh.read())
+                    h.update(b"\0")
+        fp = _CACHE_STATE["package"] = h.hexdigest()
+    return fp
+
+
+def _code_names(code) -> list:
+    """co_names of a code object and of the code objects nested in its constants."""
+    names = list(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, _pytypes.CodeType):
+            names += _code_names(c)
+    return names
+
+
+def fingerprint(obj, _memo=None, _depth=0) -> str:
+    """A text that changes whenever ``obj`` would compile differently: for a function its bytecode,
+    constants, defaults, closure values and the globals it names, recursively (functions, numba
+    dispatchers and intrinsics through the Python functions behind them). Values it cannot describe
+    stably give ``@@id@@<type>:<address>``, which makes the key unique to this process."""
+    memo = {} if _memo is None else _memo
+    if _depth > 40:
+        return f"{_UNSTABLE}deep:{id(obj)}"
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        return f"{type(obj).__name__}:{obj!r}"
+    if isinstance(obj, _pytypes.ModuleType):
+        return f"module:{obj.__name__}"
+    oid = id(obj)
+    if oid in memo:
+        return f"ref:{memo[oid]}"
+    memo[oid] = len(memo)
+    rec = lambda v: fingerprint(v, memo, _depth + 1)  # noqa: E731
+    if isinstance(obj, (tuple, list)):
+        return f"{type(obj).__name__}(" + ",".join(rec(v) for v in obj) + ")"
+    if isinstance(obj, (set, frozenset)):
+        return f"{type(obj).__name__}(" + ",".join(sorted(rec(v) for v in obj)) + ")"
+    if isinstance(obj, dict):
+        return "dict(" + ",".join(sorted(f"{rec(k)}={rec(v)}" for k, v in obj.items())) + ")"
+    if isinstance(obj, _pytypes.CodeType):
+        return (f"code:{obj.co_name}:{obj.co_code.hex()}:{obj.co_argcount}:{obj.co_flags}:"
+                + rec(tuple(obj.co_consts)) + ":" + ",".join(obj.co_names) + ":" + ",".join(obj.co_freevars))
+    if isinstance(obj, _pytypes.FunctionType):
+        cells = tuple(c.cell_contents for c in (obj.__closure__ or ()))
+        g = obj.__globals__
+        names = set(_code_names(obj.__code__))
+        named = sorted(n for n in names if n in g)
+        # ``mod.NAME`` of one of this package's modules is frozen into the kernel at compile time like a
+        # global: fingerprint those attributes too (all co_names the module has; over-inclusive is fine)
+        attrs = []
+        for n in named:
+            m = g[n]
+            if isinstance(m, _pytypes.ModuleType) and m.__name__.startswith("numba_nbits"):
+                attrs += [f"{n}.{a}={rec(getattr(m, a))}" for a in sorted(names) if hasattr(m, a)]
+        return (f"fn:{obj.__module__}.{obj.__qualname__}:" + rec(obj.__code__) + ":defaults" + rec(obj.__defaults__)
+                + ":kwdefaults" + rec(obj.__kwdefaults__) + ":closure" + rec(cells)
+                + ":globals(" + ",".join(f"{n}={rec(g[n])}" for n in named) + ")"
+                + ":attrs(" + ",".join(attrs) + ")")
+    if isinstance(obj, np.ndarray):
+        return f"ndarray:{obj.dtype}:{obj.shape}:{hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()}"
+    if isinstance(obj, (np.generic, np.dtype)):
+        return f"{type(obj).__name__}:{obj!r}"
+    if hasattr(obj, "py_func") and callable(getattr(obj, "py_func")):  # numba dispatchers (jit, device fns)
+        return f"dispatcher:{type(obj).__name__}:" + rec(obj.py_func) + rec(getattr(obj, "targetoptions", None))
+    if hasattr(obj, "_defn") and callable(getattr(obj, "_defn")):  # numba @intrinsic
+        return f"intrinsic:{type(obj).__name__}:" + rec(obj._defn)
+    if isinstance(obj, type):
+        return f"type:{obj.__module__}.{obj.__qualname__}"
+    if isinstance(obj, enum.Enum):
+        return f"enum:{type(obj).__module__}.{type(obj).__qualname__}.{obj.name}"
+    if isinstance(obj, (_pytypes.BuiltinFunctionType, np.ufunc)):
+        return f"builtin:{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', obj.__name__)}"
+    try:
+        from numba.core import types as _nt
+
+        if isinstance(obj, _nt.Type):
+            return f"nbtype:{obj}"
+    except ImportError:  # pragma: no cover
+        pass
+    if dataclasses_fields := getattr(type(obj), "__dataclass_fields__", None):
+        return (f"dataclass:{type(obj).__module__}.{type(obj).__qualname__}("
+                + ",".join(f"{n}={rec(getattr(obj, n))}" for n in sorted(dataclasses_fields)) + ")")
+    if type(obj).__module__.startswith("llvmlite."):  # ir.IntType(32) etc.: their str is the LLVM type
+        return f"llvm:{type(obj).__qualname__}:{obj}"
+    r = repr(obj)
+    if " at 0x" in r or r.startswith("<"):
+        return f"{_UNSTABLE}{type(obj).__qualname__}:{oid}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}:{r}"
+
+
+class _KernelCache:
+    """cubins on disk under a directory; one file per key (see the module docstring)."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.hits = self.misses = self.stores = 0
+        self._toolchain = None
+
+    def toolchain(self) -> str:
+        if self._toolchain is None:
+            import numba
+            from numba.cuda.cudadrv import nvvm
+
+            try:
+                import numba.cuda as nc
+
+                ncv = getattr(nc, "__version__", "")
+            except Exception:  # pragma: no cover
+                ncv = ""
+            try:
+                from importlib.metadata import version
+
+                ncv = ncv or version("numba-cuda")
+            except Exception:  # pragma: no cover
+                pass
+            err, drvver = _drv().cuDriverGetVersion()
+            self._toolchain = (f"numba={numba.__version__};numba-cuda={ncv};nvvm={nvvm.NVVM().get_version()};"
+                               f"driver={drvver};cc={_current_cc()}")
+        return self._toolchain
+
+    def key(self, k: "Kernel") -> str | None:
+        fp = fingerprint(k.pyfunc)
+        if _UNSTABLE in fp:  # something only this process can name: no cross-process key
+            fp += f";process={os.getpid()}"
+        h = hashlib.sha256()
+        for part in (_CACHE_FORMAT, _package_fingerprint(), self.toolchain(), k.name, repr(k.argtypes),
+                     fingerprint(dict(k.options)), fp):
+            h.update(part.encode() + b"\0")
+        return h.hexdigest()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.dir, key[:2], key + ".cubin")
+
+    def load(self, key: str):
+        """(entry name, cubin bytes), or None for a missing / unreadable / mismatching file."""
+        try:
+            with open(self.path(key), "rb") as f:
+                data = f.read()
+            head, _, cubin = data.partition(b"\n")
+            meta = json.loads(head)
+            if meta.get("format") != _CACHE_FORMAT or meta.get("key") != key or len(cubin) != meta.get("size"):
+                raise ValueError("mismatch")
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return meta["entry"], cubin
+
+    def store(self, key: str, k: "Kernel", entry: str, cubin: bytes) -> None:
+        meta = {"format": _CACHE_FORMAT, "key": key, "kernel": k.name, "entry": entry, "size": len(cubin),
+                "toolchain": self.toolchain()}
+        path = self.path(key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(json.dumps(meta).encode() + b"\n" + bytes(cubin))
+            os.replace(tmp, path)  # atomic: readers see the old file, no file, or the whole new one
+            self.stores += 1
+        except OSError:  # a read-only or full disk: compiling again next time is the only cost
+            pass
+
+
+def _kernel_cache():
+    """The process's kernel cache (None when turned off or under the simulator); env read once."""
+    if "cache" not in _CACHE_STATE:
+        from .config import kernel_cache_dir
+
+        d = None if simulated() else kernel_cache_dir(os.environ)
+        _CACHE_STATE["cache"] = _KernelCache(d) if d else None
+    return _CACHE_STATE["cache"]
+
+
 class CaptureError(RuntimeError):
     """Raised when a call would compile, allocate or synchronise while a CUDA graph is captured."""
 
@@ -159,13 +380,15 @@ class Kernel:
         self.options = options
         self._disp = None
         self._func = None
-        self._kern = None
+        self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module)
         self._layout = None  # per argument: (first slot, number of slots, kind)
         self._max_dyn_shared = 0
+        self.from_cache = False  # True when the cubin came from the compiled-kernel cache
 
     # -- compilation ---------------------------------------------------------------------------
     def dispatcher(self):
-        """The numba dispatcher (compiled for ``argtypes`` on a GPU)."""
+        """The numba dispatcher (compiled for ``argtypes`` on a GPU; always through numba, even when the
+        launchable function came from the kernel cache)."""
         if self._disp is None:
             with _COMPILE_LOCK:
                 if self._disp is None:
@@ -179,22 +402,53 @@ class Kernel:
 
                         sig = types.void(*self.argtypes)
                         disp = cuda.jit(sig, **self.options)(self.pyfunc)
-                        kern = next(iter(disp.overloads.values()))
-                        cufunc = kern._codelibrary.get_cufunc()  # loads the module now, not at launch
-                        drv = _drv()
-                        self._func = drv.CUfunction(int(cufunc.handle))
-                        self._kern = kern
-                        self._layout = _layout_of(self.argtypes)
+                        if self._func is None:
+                            kern = next(iter(disp.overloads.values()))
+                            # loads the module now, not at launch
+                            self._set_function(kern._codelibrary.get_cufunc())
                         self._disp = disp
         return self._disp
 
+    def ensure(self) -> None:
+        """Make the kernel launchable: on a GPU load its cubin from the kernel cache or compile it (and
+        store the cubin); under the simulator build the simulated dispatcher."""
+        if self._func is not None or (self._disp is not None and simulated()):
+            return
+        if simulated():
+            self.dispatcher()
+            return
+        with _COMPILE_LOCK:
+            if self._func is not None:
+                return
+            cache = _kernel_cache()
+            key = cache.key(self) if cache else None
+            if key is not None:
+                hit = cache.load(key)
+                if hit is not None:
+                    entry, cubin = hit
+                    from numba import cuda
+
+                    module = cuda.current_context().create_module_image(cubin)
+                    self._set_function(module.get_function(entry))
+                    self.from_cache = True
+                    return
+            self.dispatcher()
+            if key is not None:
+                lib = next(iter(self._disp.overloads.values()))._codelibrary
+                cache.store(key, self, lib._entry_name, lib.get_cubin(cc=_current_cc()))
+
+    def _set_function(self, cufunc) -> None:
+        self._cufunc = cufunc
+        self._func = _drv().CUfunction(int(cufunc.handle))
+        self._layout = _layout_of(self.argtypes)
+
     @property
     def compiled(self) -> bool:
-        return self._disp is not None
+        return self._func is not None or self._disp is not None
 
     def ensure_dynamic_shared(self, nbytes: int) -> None:
         """Allow more than 48 KiB of dynamic shared memory (numba has no API: NVIDIA/numba-cuda#94)."""
-        self.dispatcher()
+        self.ensure()
         if simulated() or nbytes <= max(self._max_dyn_shared, 48 * 1024):
             return
         drv = _drv()
@@ -204,8 +458,8 @@ class Kernel:
 
     def registers(self) -> int:
         """Registers per thread of the compiled kernel (GPU only)."""
-        self.dispatcher()
-        return int(self._kern._codelibrary.get_cufunc().attrs.regs)
+        self.ensure()
+        return int(self._cufunc.attrs.regs)
 
     def bind(self, grid, block, args: Sequence[Any], shared_mem: int = 0) -> "Launch":
         return Launch(self, grid, block, args, shared_mem)
@@ -264,7 +518,7 @@ class Launch:
         self.block = _dims(block)
         self.shared_mem = int(shared_mem)
         self._tls = threading.local()
-        kernel.dispatcher()
+        kernel.ensure()
         if shared_mem:
             kernel.ensure_dynamic_shared(shared_mem)
         self._args = list(args)

@@ -253,7 +253,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
         t = time.time()
         err = None
         try:
-            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none").dispatcher()
+            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none").ensure()  # cache hit or compile
         except Exception as e:  # noqa: BLE001 - reported in the rows
             err = f"compile: {type(e).__name__}: {e}"[:300]
         compile_s[(dtype, MT, bs, tag)] = (time.time() - t, err)

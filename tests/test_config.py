@@ -505,13 +505,13 @@ def test_table_covers_every_field_and_name():
 def test_table_markdown():
     md = C.env_table_markdown()
     lines = md.strip().splitlines()
-    assert len(lines) == 2 + len(C.ENV_TABLE)
+    assert len(lines) == 2 + len(C.ENV_TABLE) + len(C.PROCESS_ENV_TABLE)
     assert lines[1].startswith("|---|")
     assert all(line.startswith("| ") and line.endswith(" |") for line in lines[:1] + lines[2:])
     ncols = lines[0].count(" | ")
     for line in lines[2:]:
         assert line.replace("\\|", "").count(" | ") == ncols
-    for row in C.ENV_TABLE:
+    for row in C.ENV_TABLE + C.PROCESS_ENV_TABLE:
         assert f"`{row.name}`" in md
 
 

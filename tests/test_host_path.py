@@ -217,6 +217,9 @@ class _FakeKernel:
     def dispatcher(self):
         return None
 
+    def ensure(self):
+        return None
+
 
 def _fake_launch(monkeypatch):
     """A ``Launch`` built as on a GPU, whose cuLaunchKernel records (args, the int64 parameter slots)."""
