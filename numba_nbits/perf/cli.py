@@ -96,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
                                                    f"(default {FULL_BUDGET_S:.0f}, --quick {QUICK_BUDGET_S:.0f})")
     p.add_argument("--max-copies", type=int, default=2048, help="cap on rotated operand copies per subject")
     p.add_argument("--l2-factor", type=float, default=2.0, help="rotated working set >= this many L2 sizes")
+    p.add_argument("--compile-workers", type=int, default=0,
+                   help="compile every case's kernels first in this many parallel processes into the kernel "
+                        "cache (the sweep is compile-bound; workers finish before any timing; GPU only)")
     p.add_argument("--no-graphs", action="store_true", help="skip CUDA-graph timing")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -250,7 +253,8 @@ def main(argv=None) -> int:
     print(plan_text(a.cases), file=sys.stderr)
     opts = Options(cases=a.cases, routes=tuple(a.routes), peers=not a.no_peers, budget_s=a.budget_s,
                    l2_factor=a.l2_factor, max_copies=a.max_copies, seed=a.seed, graphs=not a.no_graphs,
-                   timing=Budget(), on_rows=partial, progress=not a.no_progress)
+                   timing=Budget(), on_rows=partial, progress=not a.no_progress,
+                   compile_workers=max(0, a.compile_workers))
     rows, meta = run(opts, backend)
     if not meta.get("ort_cuda"):
         rows = rows + reference_rows_for(rows)

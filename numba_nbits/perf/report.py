@@ -153,6 +153,15 @@ def _multi(df: pd.DataFrame, col: str) -> bool:
     return col in df.columns and df[col].fillna("").astype(str).replace("", pd.NA).dropna().nunique() > 1
 
 
+def _precompile_text(meta: dict) -> str:
+    pc = meta.get("precompile")
+    if not pc:
+        return ""
+    return (f" (of which {pc.get('seconds', 0):.0f} s compiling the kernels of {pc.get('cases', 0)} cases in "
+            f"{pc.get('workers', 0)} parallel processes: {pc.get('kernels_compiled', 0)} kernels"
+            + (f", {len(pc['failed'])} workers failed" if pc.get("failed") else "") + ")")
+
+
 def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool = True) -> str:
     """summary.md. ``provenance`` (a merged report's extras: merge warnings, ``shard``/``commit``
     columns when rows come from several shards/commits, the Shards table); without it a merge of
@@ -163,7 +172,7 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool
            f"commit `{env.get('git_commit', '')}`, numba-cuda {env.get('numba_cuda', '')}, cuda-core "
            f"{env.get('cuda_core', '')}, torch {env.get('torch', '') or 'absent'}, driver {env.get('driver', '')}, "
            f"{env.get('sm_count', '')} SMs, L2 {int(env.get('l2_bytes', 0) or 0) / 2**20:.0f} MiB; graphs via "
-           f"{meta.get('graph_api', '?')}; wall {meta.get('wall_s', 0):.0f} s.", "",
+           f"{meta.get('graph_api', '?')}; wall {meta.get('wall_s', 0):.0f} s{_precompile_text(meta)}.", "",
            f"Ceilings measured at the start of the run: copy {_fmt(_f(ceil.get('bw_tb_s')))} TB/s; dense GEMM "
            f"fp16 {_fmt(_f(ceil.get('tflops_float16')))}, bf16 {_fmt(_f(ceil.get('tflops_bfloat16')))}, "
            f"fp32 {_fmt(_f(ceil.get('tflops_float32')))}, tf32 {_fmt(_f(ceil.get('tflops_tf32')))} TFLOP/s. "

@@ -46,6 +46,7 @@ class Options:
     timing: Budget = field(default_factory=Budget)
     on_rows: Optional[Callable[[list], None]] = None  # called after every group (incremental CSV)
     progress: bool = True
+    compile_workers: int = 0  # > 0: compile every case's kernels in that many processes first (precompile.py)
 
 
 def _rng(seed: int, *key) -> np.random.Generator:
@@ -106,6 +107,7 @@ def run(opts: Options, backend=None) -> tuple[list[dict], dict]:
             "options": {"routes": list(opts.routes), "peers": opts.peers, "budget_s": opts.budget_s,
                         "l2_factor": opts.l2_factor, "max_copies": opts.max_copies, "seed": opts.seed,
                         "cases": len(opts.cases)}}
+    precompile_step(opts, meta, backend.simulated)
     rows: list[dict] = []
     prog = _Progress(len(opts.cases), opts.progress)
     ctx = _Ctx(opts, backend, env, ceil, l2, meta, t_start, prog)
@@ -120,6 +122,25 @@ def run(opts: Options, backend=None) -> tuple[list[dict], dict]:
     meta["ort_cuda"] = _peers.ort_cuda_available()
     meta["wall_s"] = time.time() - t_start
     return rows, meta
+
+
+def precompile_step(opts: Options, meta: dict, simulated: bool) -> None:
+    """``--compile-workers``: compile the cases' kernels in parallel processes before any timing
+    (``precompile.py``); at most half of the budget, what the workers did not reach is compiled while
+    timing. Nothing under the simulator (no kernel cache there)."""
+    if opts.compile_workers <= 0 or simulated:
+        return
+    from .. import launch
+    from .precompile import run_workers
+
+    if launch._kernel_cache() is None:
+        meta["notes"].append(("precompile", "--compile-workers ignored: the kernel cache is off "
+                                            "(NUMBA_NBITS_KERNEL_CACHE=0)"))
+        return
+    pc = meta["precompile"] = run_workers(opts.cases, opts.compile_workers, seed=opts.seed, routes=opts.routes,
+                                          timeout_s=max(30.0, 0.5 * opts.budget_s))
+    print(f"precompile: {pc['cases']} cases, {pc['kernels_compiled']} kernels compiled by "
+          f"{pc['workers']} workers in {pc['seconds']:.0f} s ({len(pc['failed'])} workers failed)", file=sys.stderr)
 
 
 class _Ctx:
