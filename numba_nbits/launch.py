@@ -283,7 +283,7 @@ class _KernelCache:
 
     def __init__(self, directory: str):
         self.dir = directory
-        self.hits = self.misses = self.stores = 0
+        self.hits = self.misses = self.stores = self.errors = 0
         self._toolchain = None
 
     def toolchain(self) -> str:
@@ -421,21 +421,29 @@ class Kernel:
             if self._func is not None:
                 return
             cache = _kernel_cache()
-            key = cache.key(self) if cache else None
-            if key is not None:
-                hit = cache.load(key)
-                if hit is not None:
-                    entry, cubin = hit
-                    from numba import cuda
+            key = None
+            if cache is not None:
+                try:
+                    key = cache.key(self)
+                    hit = cache.load(key)
+                    if hit is not None:
+                        entry, cubin = hit
+                        from numba import cuda
 
-                    module = cuda.current_context().create_module_image(cubin)
-                    self._set_function(module.get_function(entry))
-                    self.from_cache = True
-                    return
+                        module = cuda.current_context().create_module_image(cubin)
+                        self._set_function(module.get_function(entry))
+                        self.from_cache = True
+                        return
+                except Exception:  # noqa: BLE001 - a cache that cannot be used only costs the compile
+                    cache.errors += 1
+                    self._func = self._cufunc = None
             self.dispatcher()
             if key is not None:
-                lib = next(iter(self._disp.overloads.values()))._codelibrary
-                cache.store(key, self, lib._entry_name, lib.get_cubin(cc=_current_cc()))
+                try:
+                    lib = next(iter(self._disp.overloads.values()))._codelibrary
+                    cache.store(key, self, lib._entry_name, lib.get_cubin(cc=_current_cc()))
+                except Exception:  # noqa: BLE001
+                    cache.errors += 1
 
     def _set_function(self, cufunc) -> None:
         self._cufunc = cufunc

@@ -249,3 +249,95 @@ def launch_arg(a):
     d = adapt_input(a, "x", False, False).dev
     n = int(np.prod(d.shape))
     return DevArray(d.ptr, (n,), (d.dtype.itemsize,), d.dtype, d.owner)
+
+
+# ----------------------------------------------------------------------------- ensure(), with a stand-in GPU
+
+
+class _FakeLib:
+    _entry_name = "_Z6kernel"
+
+    def get_cubin(self, cc=None):
+        return b"CUBIN-" + bytes(str(cc), "ascii")
+
+
+class _FakeOverload:
+    _codelibrary = _FakeLib()
+
+
+class _FakeDisp:
+    overloads = {"sig": _FakeOverload()}
+
+
+class _FakeFunc:
+    def __init__(self, handle):
+        self.handle = handle
+
+
+class _FakeModule:
+    def __init__(self, image, fail):
+        if fail:
+            raise RuntimeError("cuModuleLoadData failed")
+        self.image = image
+
+    def get_function(self, name):
+        return _FakeFunc(0x5000 + len(self.image))
+
+
+class _CountingKernel(launch.Kernel):
+    compiles = 0
+
+    def dispatcher(self):  # what numba's compile + get_cufunc would do on a GPU
+        if self._disp is None:
+            _CountingKernel.compiles += 1
+            self._disp = _FakeDisp()
+            if self._func is None:
+                self._set_function(_FakeFunc(0x1234))
+        return self._disp
+
+
+def test_ensure_compiles_stores_then_loads_and_falls_back_on_a_bad_cubin(tmp_path, monkeypatch):
+    from numba import cuda
+    from numba.cuda import types
+
+    loaded = []
+
+    class _Ctx:
+        fail = False
+
+        def create_module_image(self, image):
+            loaded.append(image)
+            return _FakeModule(image, _Ctx.fail)
+
+    monkeypatch.setattr(launch, "_SIMULATED", False)
+    monkeypatch.setattr(launch, "_current_cc", lambda: (9, 0))
+    monkeypatch.setattr(cuda, "current_context", lambda: _Ctx(), raising=False)
+    cache = launch._KernelCache(str(tmp_path / "kc"))
+    cache._toolchain = "tc"
+    monkeypatch.setitem(launch._CACHE_STATE, "cache", cache)
+    _CountingKernel.compiles = 0
+    argtypes = (types.float32[::1], types.int64)
+
+    k1 = _CountingKernel(_factory(1), argtypes, name="k")
+    k1.ensure()
+    assert _CountingKernel.compiles == 1 and not k1.from_cache and cache.stores == 1 and int(k1._func) == 0x1234
+    k2 = _CountingKernel(_factory(1), argtypes, name="k")
+    k2.ensure()
+    assert _CountingKernel.compiles == 1 and k2.from_cache and loaded == [b"CUBIN-(9, 0)"]
+    assert int(k2._func) == 0x5000 + len(b"CUBIN-(9, 0)") and k2._layout is not None
+    k2.ensure()  # idempotent
+    assert len(loaded) == 1
+    # another specialisation: a miss, compiled and stored under its own key
+    k3 = _CountingKernel(_factory(2), argtypes, name="k")
+    k3.ensure()
+    assert _CountingKernel.compiles == 2 and cache.stores == 2
+    # a cubin the driver rejects: compiled instead, counted as a cache error
+    _Ctx.fail = True
+    k4 = _CountingKernel(_factory(1), argtypes, name="k")
+    k4.ensure()
+    assert _CountingKernel.compiles == 3 and not k4.from_cache and cache.errors == 1 and int(k4._func) == 0x1234
+    # the cache turned off: always compiled
+    monkeypatch.setitem(launch._CACHE_STATE, "cache", None)
+    k5 = _CountingKernel(_factory(1), argtypes, name="k")
+    k5.ensure()
+    assert _CountingKernel.compiles == 4 and not k5.from_cache
