@@ -19,6 +19,7 @@
 #   PYTEST_ADDOPTS      extra pytest options (pytest reads it itself), e.g. -k, -m "not slow", -x
 #   SANITIZER_PRINT_LIMIT  reports printed per process (default 50); with SANITIZER_BACKTRACE=no (no host
 #                       backtraces) a large limit keeps logs small enough to tally every report by kernel
+#   SANITIZER_OPTS      extra compute-sanitizer options for every tool (word-split), e.g. "--check-bulk-copy yes"
 #
 # For each tool it prints the tool's "ERROR SUMMARY" line and pytest's summary line; the script exits
 # 1 if any tool reported an error or any test failed, 0 otherwise. The simulator is disabled
@@ -62,7 +63,7 @@ run_one() {  # log tool pytest-args...: one sanitizer process, its output (and "
     local to=()
     if [ "$SAN_T" -gt 0 ]; then to=(timeout "$SAN_T"); fi
     "${to[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit "${SANITIZER_PRINT_LIMIT:-50}" \
-        --show-backtrace "${SANITIZER_BACKTRACE:-yes}" "${EXTRA[@]}" \
+        --show-backtrace "${SANITIZER_BACKTRACE:-yes}" "${EXTRA[@]}" ${SANITIZER_OPTS:-} \
         "$PY" -m pytest -q -p no:cacheprovider "${args[@]}" >"$log" 2>&1
     echo "EXIT $?" >> "$log"
 }
