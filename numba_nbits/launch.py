@@ -284,7 +284,12 @@ class _KernelCache:
     def __init__(self, directory: str):
         self.dir = directory
         self.hits = self.misses = self.stores = self.errors = 0
+        self.last_error = None  # repr of the last exception that made the cache fall back to compiling
         self._toolchain = None
+
+    def note_error(self, exc: BaseException) -> None:
+        self.errors += 1
+        self.last_error = repr(exc)
 
     def toolchain(self) -> str:
         if self._toolchain is None:
@@ -349,6 +354,18 @@ class _KernelCache:
             self.stores += 1
         except OSError:  # a read-only or full disk: compiling again next time is the only cost
             pass
+
+
+def _cubin_bytes(image) -> bytes:
+    """The bytes of what numba's ``get_cubin`` returned (numba-cuda 0.30: a cuda.core ``ObjectCode``)."""
+    return bytes(getattr(image, "code", image))
+
+
+def _object_code(cubin: bytes):
+    """A cubin from the cache as what numba's ``create_module_image`` loads (a cuda.core ``ObjectCode``)."""
+    from cuda.core import ObjectCode
+
+    return ObjectCode.from_cubin(cubin)
 
 
 def _kernel_cache():
@@ -430,20 +447,20 @@ class Kernel:
                         entry, cubin = hit
                         from numba import cuda
 
-                        module = cuda.current_context().create_module_image(cubin)
+                        module = cuda.current_context().create_module_image(_object_code(cubin))
                         self._set_function(module.get_function(entry))
                         self.from_cache = True
                         return
-                except Exception:  # noqa: BLE001 - a cache that cannot be used only costs the compile
-                    cache.errors += 1
+                except Exception as e:  # noqa: BLE001 - a cache that cannot be used only costs the compile
+                    cache.note_error(e)
                     self._func = self._cufunc = None
             self.dispatcher()
             if key is not None:
                 try:
                     lib = next(iter(self._disp.overloads.values()))._codelibrary
-                    cache.store(key, self, lib._entry_name, lib.get_cubin(cc=_current_cc()))
-                except Exception:  # noqa: BLE001
-                    cache.errors += 1
+                    cache.store(key, self, lib._entry_name, _cubin_bytes(lib.get_cubin(cc=_current_cc())))
+                except Exception as e:  # noqa: BLE001
+                    cache.note_error(e)
 
     def _set_function(self, cufunc) -> None:
         self._cufunc = cufunc

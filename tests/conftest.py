@@ -50,3 +50,22 @@ def to_host(d):
     if not SIMULATED and d.dtype.name == "bfloat16":
         return d.view(np.uint16).copy_to_host().view(d.dtype)
     return d.copy_to_host()
+
+
+@pytest.fixture(autouse=True)
+def _skip_cublas_gemm_when_asked(monkeypatch):
+    """``NUMBA_NBITS_TEST_SKIP_CUBLAS=1`` (set by ``gpu_sanitize.sh`` for initcheck): a test that reaches a
+    cuBLAS GEMM is skipped there, at the call. compute-sanitizer's initcheck does not see cuBLAS's stores
+    on the H200, so every later read of a cuBLAS-written output is reported as uninitialised (evidence:
+    ``perf/results/2026-11-30-h200-x2-session2/initcheck_probe.py``); memcheck and racecheck run those
+    tests."""
+    if SIMULATED or os.environ.get("NUMBA_NBITS_TEST_SKIP_CUBLAS", "0") != "1":
+        yield
+        return
+    from numba_nbits.dispatch import cublas
+
+    def refuse(*args, **kwargs):
+        pytest.skip("NUMBA_NBITS_TEST_SKIP_CUBLAS=1: reaches a cuBLAS GEMM (initcheck cannot see its stores)")
+
+    monkeypatch.setattr(cublas, "gemm", refuse)
+    yield

@@ -67,6 +67,8 @@ def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> d
     cache = launch._kernel_cache()
     stats["kernels_compiled"] = cache.stores if cache else None
     stats["kernels_loaded"] = cache.hits if cache else None
+    stats["cache_errors"] = cache.errors if cache else 0
+    stats["cache_last_error"] = cache.last_error if cache else None
     stats["seconds"] = round(time.time() - t0, 1)
     return stats
 
@@ -113,6 +115,9 @@ def run_workers(cases: list[Case], workers: int, *, seed: int = 0, routes=("auto
     summary["cases"] = sum(r["cases"] for r in summary["results"])
     summary["kernels_compiled"] = sum(r.get("kernels_compiled") or 0 for r in summary["results"])
     summary["errors"] = sum(len(r["errors"]) for r in summary["results"])
+    summary["cache_errors"] = sum(r.get("cache_errors") or 0 for r in summary["results"])
+    summary["cache_last_error"] = next((r["cache_last_error"] for r in summary["results"]
+                                        if r.get("cache_last_error")), None)
     return summary
 
 

@@ -159,7 +159,8 @@ def _precompile_text(meta: dict) -> str:
         return ""
     return (f" (of which {pc.get('seconds', 0):.0f} s compiling the kernels of {pc.get('cases', 0)} cases in "
             f"{pc.get('workers', 0)} parallel processes: {pc.get('kernels_compiled', 0)} kernels"
-            + (f", {len(pc['failed'])} workers failed" if pc.get("failed") else "") + ")")
+            + (f", {len(pc['failed'])} workers failed" if pc.get("failed") else "")
+            + (f", {pc['cache_errors']} kernel-cache errors" if pc.get("cache_errors") else "") + ")")
 
 
 def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool = True) -> str:

@@ -140,7 +140,9 @@ def precompile_step(opts: Options, meta: dict, simulated: bool) -> None:
     pc = meta["precompile"] = run_workers(opts.cases, opts.compile_workers, seed=opts.seed, routes=opts.routes,
                                           timeout_s=max(30.0, 0.5 * opts.budget_s))
     print(f"precompile: {pc['cases']} cases, {pc['kernels_compiled']} kernels compiled by "
-          f"{pc['workers']} workers in {pc['seconds']:.0f} s ({len(pc['failed'])} workers failed)", file=sys.stderr)
+          f"{pc['workers']} workers in {pc['seconds']:.0f} s ({len(pc['failed'])} workers failed, "
+          f"{pc.get('cache_errors', 0)} kernel-cache errors"
+          + (f", last: {pc['cache_last_error']}" if pc.get("cache_last_error") else "") + ")", file=sys.stderr)
 
 
 class _Ctx:
