@@ -649,3 +649,22 @@ def test_gemv_grid_plan_is_the_gemv_issue_grid():
         cli.parse(["--quick", "--plan", "gemv-grid"])
     s = cli.parse(["--plan", "gemv-grid", "--shard", "1/4"])
     assert cli.shard_meta(s)["shard"]["plan"] == "gemv-grid"
+
+
+def test_case_key_is_one_identity_for_cases_rows_and_skip_entries():
+    """``--missing-from`` (cli.measured_cases) and merge's skip bookkeeping both use ``shapes.case_key``:
+    a Case, its CSV row (variant written empty, read back as "" or NaN) and a skip entry (no N/K) agree."""
+    from dataclasses import asdict
+
+    from numba_nbits.perf.shapes import Case, case_key
+
+    c = Case("l3-8b-up", 4, 128, "float16", "none", "", 8)
+    row = {**asdict(c), "N": 14336, "K": 4096, "route": "gemv_w4", "us": 18.0}
+    assert case_key(row) == c.key == (c.group, 8)
+    assert case_key({**row, "variant": float("nan")}) == c.key
+    assert case_key({**row, "variant": None}) == c.key
+    skip = {k: row[k] for k in ("shape", "M", "bits", "block", "dtype", "zp")}  # no variant, no N/K
+    assert case_key(skip) == c.key
+    assert case_key({**row, "M": 16}) != c.key
+    assert case_key({**row, "variant": "router_gemv_disabled"}) != c.key
+    assert case_key({**row, "bits": "4", "block": 128.0, "M": "8"}) == c.key  # numbers as CSV text / floats

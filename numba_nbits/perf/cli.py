@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from .shapes import ALL_BITS, PLANS, SHAPES, SWEEPS, expand, parse_dtype
+from .shapes import ALL_BITS, PLANS, SHAPES, SWEEPS, case_key, expand, parse_dtype
 from .shard import ShardSpec, parse_shard
 
 QUICK_BUDGET_S = 90.0
@@ -133,7 +133,7 @@ def parse(argv=None) -> argparse.Namespace:
             have = measured_cases(a.missing_from)
         except (OSError, ValueError) as e:
             parser().error(f"--missing-from {a.missing_from}: {e}")
-        a.pool = [c for c in a.all_cases if (c.group, c.M) not in have]
+        a.pool = [c for c in a.all_cases if c.key not in have]
         if not a.pool:
             parser().error(f"--missing-from {a.missing_from}: every case of the plan is already measured there")
     a.cases = a.pool
@@ -149,7 +149,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def measured_cases(d: Path) -> set:
-    """``(Case.group, M)`` of every case with a row of ours in results directory ``d`` (its results.csv,
+    """``Case.key`` of every case with a row of ours in results directory ``d`` (its results.csv,
     else the results.partial.csv an interrupted run leaves)."""
     import pandas as pd
 
@@ -158,8 +158,7 @@ def measured_cases(d: Path) -> set:
     if src is None:
         raise ValueError("neither results.csv nor results.partial.csv: not a results directory")
     df = pd.read_csv(src, keep_default_na=False, dtype={"variant": str, "zp": str, "dtype": str, "shape": str})
-    df = df[df["kind"] == "ours"]
-    return {((r.shape, int(r.bits), int(r.block), r.dtype, r.zp, r.variant), int(r.M)) for r in df.itertuples()}
+    return {case_key(r) for r in df[df["kind"] == "ours"].to_dict("records")}
 
 
 def default_out(gpu: str, date: _dt.date | None = None, shard: ShardSpec | None = None) -> Path:

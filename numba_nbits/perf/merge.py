@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from .report import CASE, CSV_NAME, META_NAME, SUMMARY_NAME, make_plots, summary_markdown, to_frame
+from .shapes import case_key
 
 PARTIAL_NAME = "results.partial.csv"
 CEILING_TOL = 0.05  # relative spread (max - min) / median above which differing ceilings are reported
@@ -80,15 +81,6 @@ def _distinct(values) -> list:
         if v not in out:
             out.append(v)
     return out
-
-
-def _skip_key(r: dict) -> tuple:
-    """A case's identity in both a row and a ``skipped`` entry (which has no N/K)."""
-    def norm(v):
-        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-    return (norm(r.get("shape")), int(r["M"]), int(r["bits"]), int(r["block"]), norm(r.get("dtype")),
-            norm(r.get("zp")), norm(r.get("variant")))
 
 
 def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
@@ -179,19 +171,19 @@ def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
     if len(dates) > 1:
         env["date"] = f"{min(dates)} .. {max(dates)}"
     skipped, notes = [], []
-    done = {_skip_key(r) for r in measured.to_dict("records")}
+    done = {case_key(r) for r in measured.to_dict("records")}
     for _, _, m, lab in loaded:
         skipped += [{**s, "shard": lab} for s in m.get("skipped", [])]
-    later = [s for s in skipped if _skip_key(s) in done]
+    later = [s for s in skipped if case_key(s) in done]
     if later:  # e.g. a run with --missing-from finished what an earlier run's budget skipped
-        skipped = [s for s in skipped if _skip_key(s) not in done]
+        skipped = [s for s in skipped if case_key(s) not in done]
         warnings.append(f"{len(later)} case(s) skipped by one input were measured by another (not listed as "
                         "skipped)")
     # a case skipped by an earlier run and again by the --missing-from run that retried it is one case:
     # keep the last input's entry (its reason is the current one)
     last = {}
     for s in skipped:
-        last[_skip_key(s)] = s
+        last[case_key(s)] = s
     if len(last) < len(skipped):
         warnings.append(f"{len(skipped) - len(last)} skipped case(s) were skipped by more than one input "
                         "(listed once, with the last input's reason)")

@@ -17,9 +17,10 @@ listed as skipped in the report), never silently dropped.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from itertools import product
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,23 @@ class Case:
         return (self.shape, self.bits, self.block, self.dtype, self.zp, self.variant)
 
     @property
+    def key(self) -> tuple:
+        """The case's identity, ``(group, M)``: what ``case_key`` gives for its rows and skip entries."""
+        return (self.group, self.M)
+
+    @property
     def spec(self) -> Shape:
         return shape_named(self.shape)
+
+
+def case_key(r: Mapping[str, Any]) -> tuple:
+    """``Case.key`` of a results row or a ``skipped`` entry (a mapping; a missing, None or NaN text field
+    reads as "", as the CSV writes an empty variant)."""
+    def text(v) -> str:
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    return ((text(r.get("shape")), int(r["bits"]), int(r["block"]), text(r.get("dtype")), text(r.get("zp")),
+             text(r.get("variant"))), int(r["M"]))
 
 
 _PROJ = ("l3-8b-attn", "l3-8b-up", "l3-8b-down", "l3-70b-up", "l3-70b-down")
