@@ -449,6 +449,40 @@ def prepack(weights) -> Packed:
 
 # ------------------------------------------------------------------------------ kernel source
 
+def _emit_block_mma(e, ind: int, *, i: int, bb: int, MT: int, SPB: int, SG: int, c: dict, s_lo: str, s_hi: str,
+                    zp, word) -> None:
+    """Emit one quantisation block ``bb`` of tile ``i`` (both generators): its scales (``s_lo`` / ``s_hi``:
+    expressions of the fp32 scales of rows g and g + 8) and, with packed zero points, the negated
+    zero-point pairs (``zp``: the two uint32 zero-point expressions, else None); then, per 16-k step,
+    the four decoded B fragments of weight word ``word(j)[wi]`` (magic-number decode with ``fma2``) and
+    one ``mma`` per m-tile into fresh fp32 partials; then ``acc += scale * partial``."""
+    e(ind, f"s_lo = {s_lo}")
+    e(ind, f"s_hi = {s_hi}")
+    if zp is not None:
+        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | {zp[0]}) * np.uint32(65537)")
+        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | {zp[1]}) * np.uint32(65537)")
+    for mt in range(MT):
+        for r in range(4):
+            e(ind, f"p_{mt}_{r} = np.float32(0)")
+    for ss in range(SPB):
+        s = bb * SPB + ss
+        j, wi = divmod(s, 4)
+        G, sig = divmod(s, SG)
+        e(ind, f"wd = {word(j)}[{wi}]")
+        for r in range(4):
+            nz = "nz_lo" if r % 2 == 0 else "nz_hi"
+            e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
+                   f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
+        for mt in range(MT):
+            e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
+                   f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
+    for mt in range(MT):
+        e(ind, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
+        e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
+        e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
+        e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+
+
 def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
@@ -594,37 +628,13 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                 e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * BPS} + g * {2 * BPS}")
             for bb in range(BPS):
                 if PF == 0:
-                    e(ind, f"s_lo = ld(sc, sb + {bb})")
-                    e(ind, f"s_hi = ld(sc, sb + {BPS + bb})")
-                    if ZP == "packed":
-                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {bb}])) * np.uint32(65537)")
-                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | np.uint32(zpk[sb + {BPS + bb}])) * np.uint32(65537)")
+                    sl, sh = f"ld(sc, sb + {bb})", f"ld(sc, sb + {BPS + bb})"
+                    zp = (f"np.uint32(zpk[sb + {bb}])", f"np.uint32(zpk[sb + {BPS + bb}])")
                 else:
-                    e(ind, f"s_lo = {scale_expr(u, i, bb)}")
-                    e(ind, f"s_hi = {scale_expr(u, i, BPS + bb)}")
-                    if ZP == "packed":
-                        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | wzp_{u}_{i}_0_{bb}) * np.uint32(65537)")
-                        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | wzp_{u}_{i}_1_{bb}) * np.uint32(65537)")
-                for mt in range(MT):
-                    for r in range(4):
-                        e(ind, f"p_{mt}_{r} = np.float32(0)")
-                for ss in range(SPB):
-                    s = bb * SPB + ss
-                    j, wi = divmod(s, 4)
-                    G, sig = divmod(s, SG)
-                    e(ind, f"wd = w_{u}_{i}_{j}[{wi}]")
-                    for r in range(4):
-                        nz = "nz_lo" if r % 2 == 0 else "nz_hi"
-                        e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
-                               f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
-                    for mt in range(MT):
-                        e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
-                               f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
-                for mt in range(MT):
-                    e(ind, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
-                    e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
-                    e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
-                    e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+                    sl, sh = scale_expr(u, i, bb), scale_expr(u, i, BPS + bb)
+                    zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
+                _emit_block_mma(e, ind, i=i, bb=bb, MT=MT, SPB=SPB, SG=SG, c=c, s_lo=sl, s_hi=sh,
+                                zp=zp if ZP == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}")
     for r in range(S - 1):
         for suf in stage:
             e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
@@ -838,31 +848,11 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         load_act(ind2, f"scl * {KS}")
         for i in range(TPW):
             for bb in range(BPS):
-                e(ind2, f"s_lo = {_scale_bits_expr(act, f'{p}sc_{i}_{bb >> 1}', bb & 1)}")
-                e(ind2, f"s_hi = {_scale_bits_expr(act, f'{p}sc_{i}_{(BPS + bb) >> 1}', (BPS + bb) & 1)}")
-                if ZP == "packed":
-                    e(ind2, f"nz_lo = (np.uint32({c['NEG']}) | {p}zp_{i}_0_{bb}) * np.uint32(65537)")
-                    e(ind2, f"nz_hi = (np.uint32({c['NEG']}) | {p}zp_{i}_1_{bb}) * np.uint32(65537)")
-                for mt in range(MT):
-                    for r in range(4):
-                        e(ind2, f"p_{mt}_{r} = np.float32(0)")
-                for ss in range(SPB):
-                    s_ = bb * SPB + ss
-                    jc, wi = divmod(s_, 4)
-                    G, sig = divmod(s_, SG)
-                    e(ind2, f"wd = {p}_{i}_{jc}[{wi}]")
-                    for r in range(4):
-                        nz = "nz_lo" if r % 2 == 0 else "nz_hi"
-                        e(ind2, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
-                                f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
-                    for mt in range(MT):
-                        e(ind2, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
-                                f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
-                for mt in range(MT):
-                    e(ind2, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
-                    e(ind2, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
-                    e(ind2, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
-                    e(ind2, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+                _emit_block_mma(e, ind2, i=i, bb=bb, MT=MT, SPB=SPB, SG=SG, c=c,
+                                s_lo=_scale_bits_expr(act, f"{p}sc_{i}_{bb >> 1}", bb & 1),
+                                s_hi=_scale_bits_expr(act, f"{p}sc_{i}_{(BPS + bb) >> 1}", (BPS + bb) & 1),
+                                zp=(f"{p}zp_{i}_0_{bb}", f"{p}zp_{i}_1_{bb}") if ZP == "packed" else None,
+                                word=lambda j, i=i: f"{p}_{i}_{j}")
         # end of this warp's items of the group: partials -> shared buffer (group parity), barrier, store
         e(ind, "if jj == per - 1:")
         ind2 = ind + 1

@@ -149,45 +149,38 @@ else:  # pragma: no cover - compiled on a GPU only
 
         return types.uint16(x), codegen
 
-    @intrinsic
-    def ldg_v4(typingctx, arr, idx):
-        if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)):
-            return None
-        rt = types.UniTuple(types.uint32, 4)
+    def _ldg_vector(n: int):
+        """``ldg_v{n}(arr, i)``: the i-th group of ``n`` uint32 of a 1-D uint32 array, one
+        ``ld.global.nc.v{n}.u32`` (see the module docstring)."""
 
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            i = args[1]
-            i = builder.sext(i, _I64) if i.type.width < 64 else i
-            p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, 4))])
-            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I64])
-            # side_effect: without it LLVM/NVVM treats the asm as a pure function of its operands and
-            # may speculate it out of the branch that guards it (the H200 run saw a loop-invariant
-            # 8-bit half-chunk load hoisted unguarded into the loop preheader: it read past B's end
-            # and faulted with CUDA_ERROR_ILLEGAL_ADDRESS). Guarded loads must stay behind their guard.
-            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l", side_effect=True)
-            res = builder.call(asm, [builder.ptrtoint(p, _I64)])
-            return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(4)])
+        def ldg(typingctx, arr, idx):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)):
+                return None
+            rt = types.UniTuple(types.uint32, n)
 
-        return rt(arr, idx), codegen
+            def codegen(context, builder, sig, args):
+                ary = context.make_array(sig.args[0])(context, builder, args[0])
+                i = args[1]
+                i = builder.sext(i, _I64) if i.type.width < 64 else i
+                p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, n))])
+                fnty = ir.FunctionType(ir.LiteralStructType([_I32] * n), [_I64])
+                # side_effect: without it LLVM/NVVM treats the asm as a pure function of its operands and
+                # may speculate it out of the branch that guards it (the H200 run saw a loop-invariant
+                # 8-bit half-chunk load hoisted unguarded into the loop preheader: it read past B's end
+                # and faulted with CUDA_ERROR_ILLEGAL_ADDRESS). Guarded loads must stay behind their guard.
+                regs = ",".join(f"${k}" for k in range(n))
+                asm = ir.InlineAsm(fnty, f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];", ",".join(["=r"] * n + ["l"]),
+                                   side_effect=True)
+                res = builder.call(asm, [builder.ptrtoint(p, _I64)])
+                return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(n)])
 
-    @intrinsic
-    def ldg_v2(typingctx, arr, idx):
-        if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)):
-            return None
-        rt = types.UniTuple(types.uint32, 2)
+            return rt(arr, idx), codegen
 
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            i = args[1]
-            i = builder.sext(i, _I64) if i.type.width < 64 else i
-            p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, 2))])
-            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 2), [_I64])
-            asm = ir.InlineAsm(fnty, "ld.global.nc.v2.u32 {$0,$1}, [$2];", "=r,=r,l", side_effect=True)
-            res = builder.call(asm, [builder.ptrtoint(p, _I64)])
-            return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(2)])
+        ldg.__name__ = ldg.__qualname__ = f"ldg_v{n}"
+        return intrinsic(ldg)
 
-        return rt(arr, idx), codegen
+    ldg_v4 = _ldg_vector(4)
+    ldg_v2 = _ldg_vector(2)
 
 
 # ------------------------------------------------------------------------- tensor cores (mma)

@@ -611,6 +611,24 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
                 e(2, f"v_{i}{x} = u_{i}{x}")
     e(2, "st = nst")
     # epilogue
+
+    def fragment(ind, header=()):
+        """Walk this thread's accumulator fragment: emits ``if tv_i:`` / ``nlo`` (+ ``header`` lines) per
+        tile, ``mr`` per m-tile and ``if <m> < M:`` per register; yields ``(name, m, n, indent)``: the
+        register ``acc_i_mt_r``, its output row and column expressions and the indent of the guarded
+        body, which the caller emits."""
+        for i in range(TPW):
+            e(ind, f"if tv_{i}:")
+            e(ind + 1, f"nlo = (tile0 + {i}) * 16 + g")
+            for h in header:
+                e(ind + 1, h)
+            for mt in range(MTW):
+                e(ind + 1, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
+                for r in range(4):
+                    m_expr = "mr" if r % 2 == 0 else "mr + 1"
+                    e(ind + 1, f"if {m_expr} < M:")
+                    yield f"acc_{i}_{mt}_{r}", m_expr, ("nlo" if r < 2 else "nlo + 8"), ind + 2
+
     if tac.splitk != 1:
         # split-K: every split stores its fp32 partial tile into its own workspace slice
         # ws[z, m, n] (plain stores, no atomics); the block that finishes a tile last (per-tile
@@ -618,16 +636,8 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         # so the fp32 sum, and Y, do not depend on the order in which the splits ran; it resets the
         # counter for the next launch, adds the bias and stores Y (rounded once).
         e(1, "zoff = np.int64(cuda.blockIdx.z) * M * N")
-        for i in range(TPW):
-            e(1, f"if tv_{i}:")
-            e(2, f"nlo = (tile0 + {i}) * 16 + g")
-            for mt in range(MTW):
-                e(2, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
-                for r in range(4):
-                    n_expr = "nlo" if r < 2 else "nlo + 8"
-                    m_expr = "mr" if r % 2 == 0 else "mr + 1"
-                    e(2, f"if {m_expr} < M:")
-                    e(3, f"ws[zoff + ({m_expr}) * N + {n_expr}] = acc_{i}_{mt}_{r}")
+        for acc, m_expr, n_expr, ind in fragment(1):
+            e(ind, f"ws[zoff + ({m_expr}) * N + {n_expr}] = {acc}")
         e(1, "cuda.threadfence()")
         e(1, "cuda.syncthreads()")
         e(1, "arrived = cuda.shared.array(1, np.int32)")
@@ -645,34 +655,16 @@ def _gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: i
         e(1, "mn = M * N")
         e(1, "z = 0")
         e(1, "while z < cuda.gridDim.z:")
-        for i in range(TPW):
-            e(2, f"if tv_{i}:")
-            e(3, f"nlo = (tile0 + {i}) * 16 + g")
-            for mt in range(MTW):
-                e(3, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
-                for r in range(4):
-                    n_expr = "nlo" if r < 2 else "nlo + 8"
-                    m_expr = "mr" if r % 2 == 0 else "mr + 1"
-                    e(3, f"if {m_expr} < M:")
-                    # ld.global.cg: served by L2, where the other splits' stores are (not a stale L1 line)
-                    e(4, f"acc_{i}_{mt}_{r} += ldcg(ws, z * mn + ({m_expr}) * N + {n_expr})")
+        for acc, m_expr, n_expr, ind in fragment(2):
+            # ld.global.cg: served by L2, where the other splits' stores are (not a stale L1 line)
+            e(ind, f"{acc} += ldcg(ws, z * mn + ({m_expr}) * N + {n_expr})")
         e(2, "z += 1")
         e(1, "if tid == 0:")
         e(2, "cnt[tile_id] = 0")
-    for i in range(TPW):
-        e(1, f"if tv_{i}:")
-        e(2, f"nlo = (tile0 + {i}) * 16 + g")
-        if HAS_BIAS:
-            e(2, "b_lo = ld(bias, nlo)")
-            e(2, "b_hi = ld(bias, nlo + 8)")
-        for mt in range(MTW):
-            e(2, f"mr = m0 + wm * {8 * MTW} + {8 * mt} + 2 * t")
-            for r in range(4):
-                n_expr = "nlo" if r < 2 else "nlo + 8"
-                m_expr = "mr" if r % 2 == 0 else "mr + 1"
-                bexpr = (" + b_lo" if r < 2 else " + b_hi") if HAS_BIAS else ""
-                e(2, f"if {m_expr} < M:")
-                e(3, f"st_(out, ({m_expr}) * N + {n_expr}, acc_{i}_{mt}_{r}{bexpr})")
+    bias_lines = ("b_lo = ld(bias, nlo)", "b_hi = ld(bias, nlo + 8)") if HAS_BIAS else ()
+    for acc, m_expr, n_expr, ind in fragment(1, bias_lines):
+        bexpr = ((" + b_lo" if n_expr == "nlo" else " + b_hi") if HAS_BIAS else "")
+        e(ind, f"st_(out, ({m_expr}) * N + {n_expr}, {acc}{bexpr})")
     return "\n".join(L) + "\n"
 
 
