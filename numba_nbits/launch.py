@@ -313,7 +313,7 @@ class _KernelCache:
                                f"driver={drvver};cc={_current_cc()}")
         return self._toolchain
 
-    def key(self, k: "Kernel") -> str | None:
+    def key(self, k: "Kernel") -> str:
         fp = fingerprint(k.pyfunc)
         if _UNSTABLE in fp:  # something only this process can name: no cross-process key
             fp += f";process={os.getpid()}"

@@ -24,14 +24,12 @@ import tempfile
 import time
 from dataclasses import asdict
 
-from .shapes import Case
+from .shapes import Case, groups
 
 
 def _groups_of(cases: list[Case]) -> list[list[Case]]:
-    out: dict = {}
-    for c in cases:
-        out.setdefault(c.group, []).append(c)
-    return list(out.values())
+    """The cases of each ``Case.group`` (``shapes.groups``: the timing process's grouping and M order)."""
+    return [cs for _, cs in groups(cases)]
 
 
 def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> dict:
@@ -75,9 +73,9 @@ def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> d
 
 def split(cases: list[Case], workers: int) -> list[list[Case]]:
     """Groups dealt round-robin to ``workers`` lists (largest groups first, so the loads even out)."""
-    groups = sorted(_groups_of(cases), key=lambda g: -len(g))
+    by_size = sorted(_groups_of(cases), key=lambda g: -len(g))
     parts: list[list[Case]] = [[] for _ in range(max(1, workers))]
-    for i, g in enumerate(groups):
+    for i, g in enumerate(by_size):
         parts[i % len(parts)].extend(g)
     return [p for p in parts if p]
 
