@@ -181,13 +181,17 @@ def matmul_nbits_ref(
     N: int,
     bits: int,
     block_size: int,
-) -> np.ndarray:
-    """float64 ``Y = A @ W.T (+ bias)`` of shape ``A.shape[:-1] + (N,)``; A must have rank >= 2."""
+    return_scale: bool = False,
+):
+    """float64 ``Y = A @ W.T (+ bias)`` of shape ``A.shape[:-1] + (N,)``; A must have rank >= 2.
+
+    With ``return_scale=True``: ``(Y, rounding_scale(...))`` from one dequantization of B."""
     a, w, b, lead = _operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size)
     y = a @ w.T
     if b is not None:
         y = y + b
-    return y.reshape(lead + (N,))
+    y = y.reshape(lead + (N,))
+    return (y, _rounding_scale_of(a, w, b, lead, N)) if return_scale else y
 
 
 def naive_matmul_nbits(
@@ -275,7 +279,10 @@ def rounding_scale(
 ) -> np.ndarray:
     """float64 ``sqrt(A**2 @ (W**2).T + bias**2)``, shaped like Y: the root-sum-square of the terms
     each output sums, the natural size of its rounding errors (see the module docstring)."""
-    a, w, b, lead = _operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size)
+    return _rounding_scale_of(*_operands(A, B, scales, zero_points, g_idx, bias, K, N, bits, block_size), N)
+
+
+def _rounding_scale_of(a, w, b, lead, N):
     with np.errstate(over="ignore", invalid="ignore"):
         s2 = np.square(a) @ np.square(w).T
         if b is not None:

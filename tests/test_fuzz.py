@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 import numba_nbits as nb
 from numba_nbits.dispatch.routes import ROUTES
-from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error, rounding_scale
+from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -274,8 +274,7 @@ def test_fuzz_vs_oracle(p, data):
                                 config=op.config.replace(force_route=route))
             assert op.route(M) == route
     note(f"problem {p}, M={M}, route={route}")
-    ref = matmul_nbits_ref(A, B, s, zp, gi, b, K=K, N=N, bits=bits, block_size=block)
-    scale = rounding_scale(A, B, s, zp, gi, b, K=K, N=N, bits=bits, block_size=block)
+    ref, scale = matmul_nbits_ref(A, B, s, zp, gi, b, K=K, N=N, bits=bits, block_size=block, return_scale=True)
     out = os.environ.get("OUT")
     try:
         Y = run_op(op, A, p["io"])

@@ -171,6 +171,10 @@ def test_rounding_scale_is_the_root_sum_square_of_the_terms():
                 assert sc[i, j, n] == pytest.approx(np.sqrt(sum(t * t for t in terms)), rel=1e-12)
     with pytest.raises(ValueError, match="scale must have the shape"):
         ref.relative_error(sc, sc, scale=sc[..., :1])
+    # the fuzz's one-dequantization form returns exactly the two separate results
+    y2, sc2 = ref.matmul_nbits_ref(A, B, s, zp, g, b, K=K, N=N, bits=bits, block_size=bs, return_scale=True)
+    np.testing.assert_array_equal(y2, ref.matmul_nbits_ref(A, B, s, zp, g, b, K=K, N=N, bits=bits, block_size=bs))
+    np.testing.assert_array_equal(sc2, sc)
 
 
 @pytest.mark.parametrize("name, dt", [("float32", np.float32), ("float16", np.float16)])
