@@ -1,7 +1,8 @@
 """Registers, spills and occupancy of gemv_mma specialisations and mixed-GEMM tactics, without a GPU.
 
-    PYTHONPATH=. python perf/ptx_stats.py t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 ...   (tag,block,m-tiles[,f16|bf16])
-    PYTHONPATH=. python perf/ptx_stats.py --sweep       (every specialisation of perf/sweep_gemv_m1.py)
+    PYTHONPATH=. python perf/ptx_stats.py t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 t1w8u1,128,1,f16,8 ...
+                                                        (tag,block,m-tiles[,f16|bf16[,bits]])
+    PYTHONPATH=. python perf/ptx_stats.py --sweep [--bits 8]  (every specialisation of perf/sweep_gemv_m1.py)
     PYTHONPATH=. python perf/ptx_stats.py --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
 
 numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
@@ -51,12 +52,12 @@ def _kernel_ptx(k) -> str:
     return ptx
 
 
-def compile_ptx(tag: str, bs: int, MT: int, dtype: str):
+def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
     _fake_device()
     from numba_nbits.kernels import gemv_mma as G
 
     tac = G.Tactic.parse(tag)
-    return tac, _kernel_ptx(G.gemv_mma_kernel(dtype, MT, tac, bs, "none"))
+    return tac, _kernel_ptx(G.gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
 
 
 def ptxas_stats(ptx: str) -> dict:
@@ -92,10 +93,10 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
     return max(0, min(by_regs, by_smem, 32, 64 // warps))
 
 
-def stats(tag: str, bs: int, MT: int, dtype: str = "float16") -> dict:
+def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4) -> dict:
     t = time.time()
-    tac, ptx = compile_ptx(tag, bs, MT, dtype)
-    out = {"tag": tag, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
+    tac, ptx = compile_ptx(tag, bs, MT, dtype, bits)
+    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
     ps = ptxas_stats(ptx)
     out.update(ps)
     if "error" in ps:
@@ -151,18 +152,19 @@ def main(argv):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import sweep_gemv_m1 as S
 
-        specs = [(tag, bs, MT, dt) for (dt, MT, bs, tag) in sorted(S.plan_specs(False))]
-    for a in argv:
-        if a.startswith("--"):
+        S.BITS = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else 4
+        specs = [(tag, bs, MT, dt, S.BITS) for (dt, MT, bs, tag) in sorted(S.plan_specs(False))]
+    for i, a in enumerate(argv):
+        if a.startswith("--") or (i and argv[i - 1] == "--bits"):
             continue
         p = a.split(",")
         dt = {"f16": "float16", "bf16": "bfloat16"}.get(p[3] if len(p) > 3 else "f16", "float16")
-        specs.append((p[0], int(p[1]), int(p[2]), dt))
-    for tag, bs, MT, dt in specs:
+        specs.append((p[0], int(p[1]), int(p[2]), dt, int(p[4]) if len(p) > 4 else 4))
+    for tag, bs, MT, dt, bits in specs:
         try:
-            s = stats(tag, bs, MT, dt)
+            s = stats(tag, bs, MT, dt, bits)
         except Exception as e:  # noqa: BLE001
-            s = {"tag": tag, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
+            s = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
         print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)
 
 

@@ -71,6 +71,18 @@ CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
     "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w4u1p1", "t1w8u1p1b4", "t2w4u1p1",
     "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2",
 ]
+# 8-bit (``--bits 8``: two 16-byte loads per tile per 64 k, twice the registers per stage of 4-bit) and 2-bit
+# (``--bits 2``: one 16-byte load per tile per 128 k): candidates by block; M classes as above
+LOW_BIT = {
+    8: dict(blocks=(32, 128), ms=(1, 4, 16), cands=[
+        "t1w8u1", "t2w8u1", "t1w4u1", "t2w4u1", "t1w8u1p1", "t2w8u1p1", "t1w4u1p1", "t2w4u1p1", "t1w8u1p1b4",
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r2g4", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r2g4"]),
+    2: dict(blocks=(64,), ms=(1, 4, 8), cands=[
+        "t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w8u2p1", "t2w8u1p1", "t1w8u2p1b4",
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r3g4", "t1w8u1p1b4r4g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4"]),
+}
+#: weight bit width of this run (``--bits``; workers get it on their command line)
+BITS = 4
 CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
              "t1w8u1p1b4r3g4"]
 # ORT 1.31.1 CUDA MatMulNBits on the same H200, fp16, symmetric, best of its default chain and fpA_intB
@@ -98,14 +110,17 @@ def _cases(tiny: bool):
     """[(N, K, bs, dtype, M)]"""
     if tiny:
         return [(N, K, bs, "float16", M) for (N, K) in TINY_SHAPES for bs in TINY_BLOCKS for M in TINY_MS]
-    out = [(N, K, bs, "float16", M) for (N, K) in SHAPES for bs in BLOCKS for M in MS]
-    out += [(N, K, bs, "bfloat16", M) for (N, K) in BF16_SHAPES for bs in BLOCKS for M in BF16_MS]
+    blocks, ms = (BLOCKS, MS) if BITS == 4 else (LOW_BIT[BITS]["blocks"], LOW_BIT[BITS]["ms"])
+    out = [(N, K, bs, "float16", M) for (N, K) in SHAPES for bs in blocks for M in ms]
+    out += [(N, K, bs, "bfloat16", M) for (N, K) in BF16_SHAPES for bs in blocks for M in BF16_MS]
     return out
 
 
 def _candidates(dtype: str, M: int, bs: int, tiny: bool):
     if tiny:
         return TINY_CANDS
+    if BITS != 4:
+        return LOW_BIT[BITS]["cands"]
     if dtype == "bfloat16":
         return CAND_BF16
     return CANDIDATES[(1 if M <= 8 else 2, bs)]
@@ -119,7 +134,7 @@ def plan_specs(tiny: bool = False):
     for case in _cases(tiny):
         N, K, bs, dtype, M = case
         tags = list(_candidates(dtype, M, bs, tiny))
-        d = G.default_tactic(N, K, bs, M).tag
+        d = G.default_tactic(N, K, bs, M, BITS).tag
         if d not in tags:
             tags.append(d)
         for tag in tags:
@@ -130,7 +145,7 @@ def plan_specs(tiny: bool = False):
 def effective_bytes(N, K, bs, dtype, M) -> int:
     """Weights + scales + A + Y (no zero points), the bytes a perfect kernel moves."""
     kb = -(-K // bs)
-    return N * kb * bs // 2 + N * kb * 2 + M * K * 2 + M * N * 2
+    return N * kb * bs * BITS // 8 + N * kb * 2 + M * K * 2 + M * N * 2
 
 
 # ------------------------------------------------------------------------------------- data
@@ -150,15 +165,15 @@ def prepare_group(args):
 
     rng = np.random.default_rng(seed)
     kb = -(-K // bs)
-    B = rng.integers(0, 256, (N, kb, bs // 2), dtype=np.uint8)
+    B = rng.integers(0, 256, (N, kb, bs * BITS // 8), dtype=np.uint8)
     sc = ((rng.random((N, kb), dtype=np.float32) + 0.5) * 0.01).astype(np_dtype(dtype))
     A = (rng.standard_normal((16, K), dtype=np.float32) * 0.5).astype(np_dtype(dtype))
     if N > NCOLS:
         cols = np.unique(np.r_[np.arange(256), np.arange(N - 256, N), rng.choice(N, NCOLS - 512, replace=False)])
     else:
         cols = np.arange(N)
-    ref = matmul_nbits_ref(A, B[cols], sc[cols], None, K=K, N=len(cols), bits=4, block_size=bs)
-    w = build_weights(B, sc, None, K=K, N=N, bits=4, block_size=bs, simulated=True)
+    ref = matmul_nbits_ref(A, B[cols], sc[cols], None, K=K, N=len(cols), bits=BITS, block_size=bs)
+    w = build_weights(B, sc, None, K=K, N=N, bits=BITS, block_size=bs, simulated=True)
     pk = G.prepack(w)
     path = _group_file(tmp, N, K, bs, dtype)
     np.savez(path + ".part.npz", B=B, sc=sc.view(np.uint16), A=A.view(np.uint16), cols=cols, ref=ref,
@@ -253,7 +268,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
         t = time.time()
         err = None
         try:
-            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none").ensure()  # cache hit or compile
+            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none", BITS).ensure()  # cache hit or compile
         except Exception as e:  # noqa: BLE001 - reported in the rows
             err = f"compile: {type(e).__name__}: {e}"[:300]
         compile_s[(dtype, MT, bs, tag)] = (time.time() - t, err)
@@ -271,7 +286,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
         l2 = gpu.l2_bytes()
         for (N, K, bs, dtype), items in sorted(groups.items()):
             D = _load_group(tmp, N, K, bs, dtype)
-            w = build_weights(D["B"], D["sc"], None, K=K, N=N, bits=4, block_size=bs, simulated=gpu.sim)
+            w = build_weights(D["B"], D["sc"], None, K=K, N=N, bits=BITS, block_size=bs, simulated=gpu.sim)
             n_pad, k_pad, n_super = D["geo"]
 
             def upload():
@@ -279,7 +294,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
                                 N_pad=n_pad, K_pad=k_pad, n_super=n_super)
 
             pk0 = upload()
-            w.derived("gemv_mma_w4", lambda: pk0)
+            w.derived(f"gemv_mma_w{BITS}", lambda: pk0)
             per_copy = D["bq"].nbytes + D["psc"].nbytes
             copies = 1 if gpu.sim else int(min(64, max(1, math.ceil(L2_FACTOR * l2 / per_copy))))
             pks = [pk0] + [upload() for _ in range(copies - 1)]
@@ -287,8 +302,8 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
             y16 = to_device(np.zeros((16, N), D["A"].dtype), gpu.sim)
             for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
                 tag = spec[3]
-                row = {"N": N, "K": K, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
-                       "default": G.default_tactic(N, K, bs, M).tag == tag, "copies": copies,
+                row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
+                       "default": G.default_tactic(N, K, bs, M, BITS).tag == tag, "copies": copies,
                        "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
                        "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
                 if not row["error"] and time.time() > deadline:
@@ -296,7 +311,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
                 if not row["error"]:
                     try:
                         tac = G.Tactic.parse(tag)
-                        p = Problem(M=M, N=N, K=K, bits=4, block_size=bs, dtype=dtype)
+                        p = Problem(M=M, N=N, K=K, bits=BITS, block_size=bs, dtype=dtype)
                         plans = [G.build(w, p, None, tac, packed=pk) for pk in pks]
                         A = a16.offset(0, (M, K))
                         ychk = to_device(np.full((M, N), np.nan, np.float32).astype(D["A"].dtype), gpu.sim)
@@ -362,7 +377,7 @@ def fit(rows, ksplit_margin: float = KSPLIT_MARGIN) -> dict:
 
 
 def table_source(table: dict) -> str:
-    lines = ["TUNED: dict = {"]
+    lines = ["TUNED: dict = {" if BITS == 4 else f"TUNED_BITS[{BITS}] = {{"]
     for k, v in table.items():
         lines.append(f"    {k!r}: {v!r},")
     lines.append("}")
@@ -388,7 +403,7 @@ def report(rows, log=print):
         b = min(ok, key=lambda r: r["us"])
         ds = f"{d[0]['tactic']:<12} {d[0]['us']:8.2f} {d[0]['tb_s']:6.2f}" if d else f"{'-':<12} {'':>8} {'':>6}"
         gain = f"{d[0]['us'] / b['us']:.2f}x" if d and d[0]["us"] > 0 else "-"
-        ort = ORT_US.get((N, K, bs, M)) if dt == "float16" else None
+        ort = ORT_US.get((N, K, bs, M)) if dt == "float16" and BITS == 4 else None
         ort_s = f"{ort:7.2f}" if ort else f"{'-':>7}"
         log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | "
             f"{' '.join(bad)}")
@@ -397,6 +412,8 @@ def report(rows, log=print):
 # -------------------------------------------------------------------------------------- main
 
 def _worker_main(args):
+    global BITS
+    BITS = args.bits
     with open(args.worker_specs) as f:
         items = json.load(f)
     specs = {tuple(s): [tuple(c) for c in cases] for s, cases in items}
@@ -421,17 +438,23 @@ def main(argv=None):
     ap.add_argument("--ksplit-margin", type=float, default=KSPLIT_MARGIN,
                     help="fit: a split-K tactic must beat the best one without split-K by this fraction "
                          "(default 0.10; 'inf' never picks split-K)")
+    ap.add_argument("--bits", type=int, choices=(2, 4, 8), default=4,
+                    help="weight bits (default 4; 8 and 2 sweep LOW_BIT's blocks, M and candidates)")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="wall-time budget: rows not measured by then are recorded as skipped (default 480)")
     args = ap.parse_args(argv)
+    global BITS
+    BITS = args.bits
     if args.worker_specs:
         return _worker_main(args)
     if args.fit:
         with open(args.fit) as f:
-            rows = json.load(f)["rows"]
+            saved = json.load(f)
+        rows = saved["rows"]
+        BITS = int(saved["meta"].get("bits", 4))
         report(rows)
         print(table_source(fit(rows, args.ksplit_margin)))
         return None
@@ -471,7 +494,7 @@ def main(argv=None):
                 with open(fn, "w") as f:
                     json.dump([[list(s), [list(c) for c in specs[s]]] for s in ch], f)
                 procs.append((fn, subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker-specs", fn,
-                                                    "--tmp", tmp, "--out", args.out,
+                                                    "--tmp", tmp, "--out", args.out, "--bits", str(BITS),
                                                     "--deadline", str(t0 + args.budget_s)], env=env)))
             with ProcessPoolExecutor(max_workers=min(len(jobs), max(2, (os.cpu_count() or 2) // 2))) as ex:
                 list(ex.map(prepare_group, jobs))
@@ -493,7 +516,7 @@ def main(argv=None):
         shutil.rmtree(part, ignore_errors=True)
     meta = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.time() - t0, 1),
             "skipped_budget": sum(r["error"] == "skipped: time budget" for r in rows), "budget_s": args.budget_s,
-            "tiny": args.tiny, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS, "ksplit_margin": KSPLIT_MARGIN,
+            "tiny": args.tiny, "bits": BITS, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS, "ksplit_margin": KSPLIT_MARGIN,
             "bytes": "weights + scales + A + Y", "timing": "CUDA graph replay, median of 5, per launch"}
     try:
         import numba
@@ -501,10 +524,11 @@ def main(argv=None):
         meta["numba"] = numba.__version__
     except Exception:  # noqa: BLE001
         pass
-    with open(os.path.join(args.out, "sweep_gemv_m1.json"), "w") as f:
+    stem = "sweep_gemv_m1" if BITS == 4 else f"sweep_gemv_m1_w{BITS}"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=0)
     if rows:
-        with open(os.path.join(args.out, "sweep_gemv_m1.csv"), "w", newline="") as f:
+        with open(os.path.join(args.out, stem + ".csv"), "w", newline="") as f:
             cols = list(dict.fromkeys(k for r in rows for k in r))
             wr = csv.DictWriter(f, fieldnames=cols)
             wr.writeheader()
@@ -512,7 +536,7 @@ def main(argv=None):
     report(rows)
     table = fit(rows, args.ksplit_margin)
     src = table_source(table)
-    with open(os.path.join(args.out, "tuned_table.py"), "w") as f:
+    with open(os.path.join(args.out, "tuned_table.py" if BITS == 4 else f"tuned_table_w{BITS}.py"), "w") as f:
         f.write(src + "\n")
     print(src)
     print(f"sweep done in {time.time() - t0:.0f}s; {sum(r['correct'] for r in rows)}/{len(rows)} rows correct",

@@ -35,11 +35,11 @@ def _family(bits: int, router: bool = False):
 
 
 def _build(bits, router, w, p):
-    """The CUDA-core kernels of each family (gemv_w4's tensor-core path is tested in test_gemv_mma.py)."""
+    """The CUDA-core kernels of each family (the tensor-core path, gemv_mma, is tested in test_gemv_mma.py)."""
     mod = _family(bits, router)
-    if mod.__name__.endswith("gemv_w4"):
-        return mod.build(w, p, CONFIG, kernel="cuda_core")
-    return mod.build(w, p, CONFIG)
+    if router:
+        return mod.build(w, p, CONFIG)
+    return mod.build(w, p, CONFIG, kernel="cuda_core")
 
 
 def make(rng, *, bits, N, K, bs, dtype, zp, bias=False, scale=1.0):

@@ -20,21 +20,22 @@ SIM = simulated()
 DTYPES = ("float16", "bfloat16")
 
 
-def _make(rng, N, K, bs, dtype, zp_kind, M):
+def _make(rng, N, K, bs, dtype, zp_kind, M, bits=4):
     W = rng.standard_normal((N, K)).astype(np.float32).astype(np_dtype(dtype))
-    B, sc, zp = quantize(W, 4, bs, symmetric=(zp_kind == "none"))
+    B, sc, zp = quantize(W, bits, bs, symmetric=(zp_kind == "none"))
     if zp_kind == "packed":  # make every zero point and code arbitrary (not just quantizer output)
         zp = rng.integers(0, 256, zp.shape).astype(np.uint8)
-    w = build_weights(B, sc, zp, K=K, N=N, bits=4, block_size=bs, simulated=SIM)
+        B = rng.integers(0, 256, B.shape).astype(np.uint8)
+    w = build_weights(B, sc, zp, K=K, N=N, bits=bits, block_size=bs, simulated=SIM)
     A = (rng.standard_normal((M, K)) * 0.5).astype(np.float32).astype(np_dtype(dtype))
-    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=bits, block_size=bs)
     return w, A, ref
 
 
 def _run(w, A, M, tactic=None, pad_rows=1):
     N, K = w.N, w.K
     dt = w.np_dtype
-    p = Problem(M=M, N=N, K=K, bits=4, block_size=w.block_size, dtype=w.dtype, zero_points=w.zp_kind)
+    p = Problem(M=M, N=N, K=K, bits=w.bits, block_size=w.block_size, dtype=w.dtype, zero_points=w.zp_kind)
     assert G.supports(p)
     plan = G.build(w, p, None, tactic)
     a = to_device(A, SIM)
@@ -110,6 +111,56 @@ def test_gemv_mma_variants(rng, M, N, K, bs, dtype, zp, tactic):
     _check(_run(w, A, M, tactic), ref, dtype)
 
 
+if SIM:
+    LOW_BIT_CASES = [  # (bits, M, N, K, block, dtype, zp, tactic): both planes of 8-bit, both step halves of 2-bit
+        (8, 1, 16, 64, 32, "float16", "none", "t1w1u1"),
+        (8, 3, 16, 64, 16, "bfloat16", "packed", "t1w1u1"),
+        (8, 9, 16, 128, 128, "float16", "packed", "t1w1u1p1r2"),  # two m-tiles, ring kernel, 4 loads per tile
+        (2, 1, 16, 128, 64, "float16", "none", "t1w1u1"),
+        (2, 2, 24, 136, 32, "bfloat16", "packed", "t1w2u1"),  # K % 128 != 0, partial tile
+        (2, 1, 48, 256, 128, "float16", "packed", "t1w2u1p1r3g1"),
+    ]
+else:
+    _dz8 = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
+    _m8 = itertools.cycle((1, 5, 16, 8))
+    LOW_BIT_CASES = [(bits, next(_m8), 1032, 2056, bs, *next(_dz8), tag)  # one compile per case
+                     for bits in (2, 8)
+                     for tag in ("t1w8u1", "t2w8u1p1", "t1w4u2p1", "t1w8u1p1b4r3g4", "t2w4u1p1k2")
+                     for bs in (16, 32, 64, 128)]
+
+
+@pytest.mark.parametrize("bits,M,N,K,bs,dtype,zp,tag", LOW_BIT_CASES)
+def test_gemv_mma_low_bits(rng, bits, M, N, K, bs, dtype, zp, tag):
+    """8-bit (two 4-bit planes, the high one decoded x16) and 2-bit (two 16-k steps per word) codes;
+    ``packed`` cases draw every code and zero point at random (all 256 / 4 values)."""
+    w, A, ref = _make(rng, N, K, bs, dtype, zp, M, bits)
+    _check(_run(w, A, M, G.Tactic.parse(tag)), ref, dtype)
+
+
+@pytest.mark.parametrize("bits", (2, 8))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_mma_low_bits_one_hot_exact(rng, bits, dtype):
+    """One-hot rows of A read single decoded weights: ``(q - zp) * scale`` exactly, for every code
+    value the row holds (8-bit: all 256 codes across the row; 2-bit: all 4)."""
+    N, K, bs = 16, 128, 32
+    kb = K // bs
+    codes = (np.arange(N * K) * 37 % (1 << bits)).astype(np.uint8).reshape(N, K)
+    from numba_nbits.formats import pack_codes, pack_zero_points
+
+    B = pack_codes(codes, bits, bs)
+    zp = rng.integers(0, 1 << bits, (N, kb)).astype(np.uint8)
+    sc = (2.0 ** rng.integers(-3, 3, (N, kb))).astype(np_dtype(dtype))  # powers of two: products stay exact
+    w = build_weights(B, sc, pack_zero_points(zp, bits), K=K, N=N, bits=bits, block_size=bs, simulated=SIM)
+    ks = (0, 1, 17, 33, 64, 127)
+    A = np.zeros((len(ks), K), np_dtype(dtype))
+    for m, k in enumerate(ks):
+        A[m, k] = 1
+    y = _run(w, A, len(ks), G.Tactic(1, 1, 1)).astype(np.float64)
+    for m, k in enumerate(ks):
+        want = (codes[:, k].astype(np.float64) - zp[:, k // bs]) * sc[:, k // bs].astype(np.float64)
+        np.testing.assert_array_equal(y[m], want)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gemv_mma_prefetched_scale_bits(rng, dtype):
     """pf >= 1 converts scale bits to fp32 itself: negative, zero and (fp16) subnormal scales stay exact."""
@@ -177,13 +228,51 @@ def test_supports_guards():
     assert not G.supports(Problem(M=17, **base))
     assert not G.supports(Problem(M=0, **base))
     assert not G.supports(Problem(M=1, **{**base, "dtype": "float32"}))
-    assert not G.supports(Problem(M=1, **{**base, "bits": 8}))
+    assert G.supports(Problem(M=1, **{**base, "bits": 8}))
+    assert G.supports(Problem(M=16, **{**base, "bits": 2}))
+    assert not G.supports(Problem(M=1, **{**base, "bits": 3}))
     assert not G.supports(Problem(M=1, **{**base, "block_size": 256}))
     assert not G.supports(Problem(M=1, **{**base, "N": 4100}))
     assert not G.supports(Problem(M=1, **{**base, "K": 4100}))
     assert not G.supports(Problem(M=1, zero_points="typed", **base))
     assert not G.supports(Problem(M=1, has_g_idx=True, **base))
     assert G.supports(Problem(M=1, zero_points="packed", has_bias=True, **base))  # bias added by the route
+
+
+@pytest.mark.parametrize("bits", G.BITS)
+@pytest.mark.parametrize("bs", G.BLOCK_SIZES)
+@pytest.mark.parametrize("N,K", [(8, 40), (40, 200), (32, 256)])
+def test_pack_weights_round_trip(rng, bits, bs, N, K):
+    kb = -(-K // bs)
+    codes = rng.integers(0, 1 << bits, (N, kb * bs)).astype(np.uint8)
+    ks, kg, n_super, K_pad = G._geometry(K, bs, bits)
+    assert ks % 64 == 0 and ks % bs == 0 and (bits != 2 or ks % 128 == 0)
+    words = G.pack_weights(codes, K_pad, bs, bits)
+    n_pad = -(-N // G.ROW_PAD) * G.ROW_PAD
+    assert words.size * 32 == n_pad * K_pad * bits
+    assert words.size == (n_pad // 16) * n_super * G.n_vectors(bits, ks) * 32 * 4
+    back = G.unpack_weights(words, N, K_pad, bs, bits)
+    np.testing.assert_array_equal(back[:, :kb * bs], codes)
+    assert not back[:, kb * bs:].any()
+
+
+def test_pack_weights_fragment_positions(rng):
+    """8-bit: vector 2c / 2c + 1 of a super-chunk = the low / high nibbles in the 4-bit layout; 2-bit:
+    word 2*(c % 2) + q // 2 of vector c // 2 holds step q at bit 4n + 2 * (q % 2) (``_step_planes``)."""
+    bs = 64
+    codes8 = rng.integers(0, 256, (32, 128)).astype(np.uint8)
+    w8 = G.pack_weights(codes8, 128, bs, 8).reshape(2, 2, 2, 32, 4)  # T, super, vector, lane, word
+    lo = G.pack_codes_for_mma(codes8 & 15, 128, bs).reshape(2, 2, 32, 4)
+    hi = G.pack_codes_for_mma(codes8 >> 4, 128, bs).reshape(2, 2, 32, 4)
+    np.testing.assert_array_equal(w8[:, :, 0], lo)
+    np.testing.assert_array_equal(w8[:, :, 1], hi)
+    codes2 = rng.integers(0, 4, (32, 256)).astype(np.uint8)
+    w2 = G.pack_weights(codes2, 256, bs, 2).reshape(2, 2, 32, 4)  # T, vector (128 k), lane, word
+    w4 = G.pack_codes_for_mma(codes2, 256, bs).reshape(2, 4, 32, 4)  # T, chunk (64 k), lane, step
+    for s in range(8):
+        ((vec, wi, sh, plane),) = G._step_planes(2, s)
+        c, q = divmod(s, 4)
+        np.testing.assert_array_equal((w2[:, vec, :, wi] >> np.uint32(sh)) & np.uint32(0x33333333), w4[:, c, :, q])
 
 
 @pytest.mark.parametrize("bs", G.BLOCK_SIZES)

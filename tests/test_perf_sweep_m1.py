@@ -33,10 +33,38 @@ def test_sweep_tiny_end_to_end(tmp_path):
     assert len(rows) == n_tags * len(S.TINY_MS)
     assert all(r["correct"] and r["us"] > 0 and not r["error"] for r in rows), rows
     assert sum(r["default"] for r in rows) == len(S.TINY_MS)
-    assert (tmp_path / "sweep_gemv_m1.csv").read_text().startswith("N,K,block_size")
+    assert (tmp_path / "sweep_gemv_m1.csv").read_text().startswith("N,K,bits,block_size")
+    assert {r["bits"] for r in rows} == {4}
     ns = {}
     exec((tmp_path / "tuned_table.py").read_text(), ns)
     assert set(ns["TUNED"]) == {(32, 128, 32, 1), (32, 128, 32, 8)}
+
+
+@pytest.mark.parametrize("bits", (8, 2))
+def test_sweep_tiny_low_bits(tmp_path, bits):
+    """``--bits 8`` / ``--bits 2``: rows checked against the oracle with those codes; the table is TUNED_BITS[bits]."""
+    S = _sweep()
+    rows = S.main(["--tiny", "--workers", "1", "--bits", str(bits), "--out", str(tmp_path)])
+    assert rows and all(r["correct"] and r["us"] > 0 and not r["error"] and r["bits"] == bits for r in rows), rows
+    data = json.loads((tmp_path / f"sweep_gemv_m1_w{bits}.json").read_text())
+    assert data["meta"]["bits"] == bits and len(data["rows"]) == len(rows)
+    ns = {"TUNED_BITS": {bits: {}}}
+    exec((tmp_path / f"tuned_table_w{bits}.py").read_text(), ns)
+    assert set(ns["TUNED_BITS"][bits]) == {(32, 128, 32, 1), (32, 128, 32, 8)}
+    assert all(G.Tactic.parse(t) for t in ns["TUNED_BITS"][bits].values())
+
+
+@pytest.mark.parametrize("bits", (8, 2))
+def test_low_bit_plan_is_sane(bits):
+    S = _sweep()
+    S.BITS = bits
+    specs = S.plan_specs(False)
+    assert len(specs) <= 110
+    for N, K in S.SHAPES:
+        for bs in S.LOW_BIT[bits]["blocks"]:
+            for M in S.LOW_BIT[bits]["ms"]:
+                d = G.default_tactic(N, K, bs, M, bits).tag
+                assert (N, K, bs, "float16", M) in specs[("float16", 1 if M <= 8 else 2, bs, d)]
 
 
 def test_full_plan_is_sane():

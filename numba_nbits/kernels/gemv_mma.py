@@ -151,10 +151,19 @@ TILE_N = 16
 ROW_PAD = 32  # rows padded to a multiple of the largest TPW * 16
 MAX_M = 16
 
-# fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte
+#: weight bit widths served (8-bit as two 4-bit planes, 2-bit two 16-k steps per word: module doc)
+BITS = (2, 4, 8)
+#: the default zero point when the zero_points input is absent (``2^(bits-1)``)
+DEFAULT_ZP = {2: 2, 4: 8, 8: 128}
+#: the smallest super-chunk (k per work item) by bits: 2-bit needs 128 k for one 16-byte load per lane
+KS_MIN = {2: 128, 4: 64, 8: 64}
+
+# fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte;
+# for the high plane of 8-bit codes: 16.0 pair and -(16 * base) high byte (fp16 -16384 = 0xF400,
+# bf16 -2048 = 0xC500), whose low mantissa bits hold the high nibble of the zero point exactly
 _CONST = {
-    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400),
-    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300),
+    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400, ONE16=0x4C004C00, NEG16=0xF400),
+    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300, ONE16=0x41804180, NEG16=0xC500),
 }
 
 
@@ -289,6 +298,10 @@ TUNED: dict = {
 }
 
 
+#: Tuned tactics for 8-bit and 2-bit weights, same keys (``perf/sweep_gemv_m1.py --bits 8`` / ``--bits 2``)
+TUNED_BITS: dict = {8: {}, 2: {}}
+
+
 def m_class(M: int) -> int:
     """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
     return 1 if M <= 1 else 8 if M <= 8 else 16
@@ -318,7 +331,7 @@ def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None
     return None
 
 
-def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
+def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -> Tactic:
     """Pick the launch shape: the ``TUNED`` table (``tuned_tactic``) when it covers the shape, else
     rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll
     1/2/4) on the H200 (2026-11-30, 4-bit g32 fp16, M 1/4/16, 4096x4096, 28672x8192, 8192x28672,
@@ -331,18 +344,20 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
     * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
       (the two-m-tile kernel's registers: 128256x4096 M=16 183 us with 4 warps vs 219 us with 8).
     """
-    tuned = tuned_tactic(N, K, block_size, M)
+    tuned = tuned_tactic(N, K, block_size, M, TUNED if bits == 4 else TUNED_BITS.get(bits, {}))
     if tuned is not None:
         return tuned
     tiles = -(-N // TILE_N)
     big = tiles // 2 >= 132
-    tpw = 2 if big else 1
-    ks = max(64, block_size)
+    ks = max(KS_MIN[bits], block_size)
+    nv = n_vectors(bits, ks)  # 16-byte loads per lane per tile and super-chunk (4-bit: 1 or 2)
+    tpw = 2 if big and nv <= 2 else 1
     n_super = -(-K // ks)
     if big:
-        unroll = 2 if (K >= 16384 and M <= 8) else 1
+        # (4-bit as swept; 8-bit keeps unroll 1 for its two or four loads per tile: registers)
+        unroll = 2 if (K >= 16384 and M <= 8 and (bits == 4 or nv == 1)) else 1
     else:
-        unroll = 1 if ks > 64 else 2
+        unroll = 1 if nv > 1 else 2
     warps = 8 if n_super >= 8 * 2 * unroll else 4 if n_super >= 4 * unroll else 2
     if big and M > 8 and K <= 8192 and warps == 8:
         warps = 4
@@ -351,15 +366,15 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1) -> Tactic:
 
 def supports(problem) -> bool:
     p = problem
-    return (p.bits == 4 and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
             and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
 
 
 # --------------------------------------------------------------------------------- prepacking
 
-def _geometry(K: int, block_size: int):
-    ks = max(64, block_size)
+def _geometry(K: int, block_size: int, bits: int = 4):
+    ks = max(KS_MIN[bits], block_size)
     kg = min(block_size, 64)
     n_super = -(-K // ks)
     return ks, kg, n_super, n_super * ks
@@ -402,6 +417,56 @@ def unpack_codes_from_mma(words: np.ndarray, N: int, K_pad: int, block_size: int
     return np.ascontiguousarray(x.reshape(n_pad, K_pad)[:N])
 
 
+def n_vectors(bits: int, ks: int) -> int:
+    """16-byte loads per lane per 16-row tile per super-chunk of ``ks`` k (``ks * 16 * bits / 8 / 512``)."""
+    return ks * bits // 256
+
+
+def pack_weights(codes: np.ndarray, K_pad: int, block_size: int, bits: int) -> np.ndarray:
+    """Codes ``(N, >=K)`` uint8 -> ``bq`` uint32 ``[tiles][super-chunks][vectors][32 lanes][4 words]``
+    (flat) for ``bits`` (module doc): 4-bit is ``pack_codes_for_mma``; 8-bit interleaves the low-nibble
+    and the high-nibble plane, each in the 4-bit layout, per 64-k chunk; 2-bit puts the 2-bit codes of
+    two consecutive 16-k steps into one word (steps 2q at bit 4n, 2q + 1 at bit 4n + 2) and two 64-k
+    chunks into one 16-byte vector."""
+    if bits == 4:
+        return pack_codes_for_mma(codes, K_pad, block_size)
+    n_pad = -(-codes.shape[0] // ROW_PAD) * ROW_PAD
+    T, nch = n_pad // 16, K_pad // 64
+    if bits == 8:
+        lo = pack_codes_for_mma(codes & np.uint8(15), K_pad, block_size).reshape(T, nch, 32, 4)
+        hi = pack_codes_for_mma(codes >> np.uint8(4), K_pad, block_size).reshape(T, nch, 32, 4)
+        return np.stack([lo, hi], axis=2).reshape(-1)
+    if bits == 2:
+        if nch % 2:
+            raise ValueError(f"2-bit K_pad={K_pad} must be a multiple of 128")
+        w = pack_codes_for_mma(codes & np.uint8(3), K_pad, block_size).reshape(T, nch, 32, 4)
+        w2 = w[..., 0::2] | (w[..., 1::2] << np.uint32(2))  # (T, nch, lane, step pair)
+        w2 = w2.reshape(T, nch // 2, 2, 32, 2).transpose(0, 1, 3, 2, 4)  # (T, vector, lane, chunk, pair)
+        return np.ascontiguousarray(w2).reshape(-1)
+    raise ValueError(f"gemv_mma packs bits in {BITS}, got {bits}")
+
+
+def unpack_weights(words: np.ndarray, N: int, K_pad: int, block_size: int, bits: int) -> np.ndarray:
+    """Inverse of ``pack_weights`` (tests): flat words -> codes ``(N, K_pad)`` uint8."""
+    if bits == 4:
+        return unpack_codes_from_mma(words, N, K_pad, block_size)
+    n_pad = -(-N // ROW_PAD) * ROW_PAD
+    T, nch = n_pad // 16, K_pad // 64
+    w = np.asarray(words, np.uint32)
+    if bits == 8:
+        w = w.reshape(T, nch, 2, 32, 4)
+        lo = unpack_codes_from_mma(np.ascontiguousarray(w[:, :, 0]).reshape(-1), N, K_pad, block_size)
+        hi = unpack_codes_from_mma(np.ascontiguousarray(w[:, :, 1]).reshape(-1), N, K_pad, block_size)
+        return lo | (hi << np.uint8(4))
+    if bits == 2:
+        w2 = w.reshape(T, nch // 2, 32, 2, 2).transpose(0, 1, 3, 2, 4).reshape(T, nch, 32, 2)
+        w4 = np.zeros((T, nch, 32, 4), np.uint32)
+        w4[..., 0::2] = w2 & np.uint32(0x33333333)
+        w4[..., 1::2] = (w2 >> np.uint32(2)) & np.uint32(0x33333333)
+        return unpack_codes_from_mma(w4.reshape(-1), N, K_pad, block_size)
+    raise ValueError(f"gemv_mma packs bits in {BITS}, got {bits}")
+
+
 def _per_block_layout(vals: np.ndarray, N: int, kb_pad: int, ks: int, block_size: int, dtype) -> np.ndarray:
     """(N, k_blocks) -> [tiles][supers][8 g][2 h][KS/bs] flat (row 16T + 8h + g), zero padded."""
     n_pad = -(-N // ROW_PAD) * ROW_PAD
@@ -428,54 +493,88 @@ def prepack(weights) -> Packed:
     def build():
         from ..formats import unpack_codes, unpack_zero_points
 
-        N, K, bs = weights.N, weights.K, weights.block_size
-        ks, kg, n_super, K_pad = _geometry(K, bs)
-        codes = unpack_codes(np.asarray(weights.host["B"]).reshape(N, weights.k_blocks, -1), None, 4, bs)
-        bq = pack_codes_for_mma(codes, K_pad, bs)
+        N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
+        ks, kg, n_super, K_pad = _geometry(K, bs, bits)
+        codes = unpack_codes(np.asarray(weights.host["B"]).reshape(N, weights.k_blocks, -1), None, bits, bs)
+        bq = pack_weights(codes, K_pad, bs, bits)
         kb_pad = K_pad // bs
         sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
         sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
         sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
         zp_l = None
         if weights.zp_kind == "packed":
-            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, 4, N=N)
+            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
             zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
         n_pad = -(-N // ROW_PAD) * ROW_PAD
         return Packed(bq=to_device(bq, weights.simulated), scales=to_device(sc_l, weights.simulated), zp=zp_l,
                       N_pad=n_pad, K_pad=K_pad, n_super=n_super)
 
-    return weights.derived("gemv_mma_w4", build)
+    return weights.derived(f"gemv_mma_w{weights.bits}", build)
 
 
 # ------------------------------------------------------------------------------ kernel source
 
+def _step_planes(bits: int, s: int):
+    """Where the codes of MMA step ``s`` (16 k) of a super-chunk live: ``(vector, word, shift, plane)``
+    per operand plane (``plane`` 1 = the high nibbles of 8-bit codes, scaled by 16 in the decode)."""
+    c, q = divmod(s, 4)  # 64-k chunk, step in the chunk
+    if bits == 4:
+        return ((c, q, 0, 0),)
+    if bits == 8:
+        return ((2 * c, q, 0, 0), (2 * c + 1, q, 0, 1))
+    return ((c // 2, 2 * (c % 2) + q // 2, 2 * (q % 2), 0),)  # 2-bit
+
+
+def _emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
+    """The negated zero-point pairs ``nz_lo``/``nz_hi`` (rows g, g + 8; 8-bit: the low plane) and, for
+    8-bit, ``nh_lo``/``nh_hi`` (the high plane: -16 * (base + zp >> 4)); ``zp``: the two zero-point
+    expressions (uint32) of rows g and g + 8, or None for the default zero point."""
+    if zp is None:  # the same constant for both rows
+        if bits == 8:  # 128: low nibble 0, high nibble 8
+            e(ind, f"nz_lo = np.uint32({c['NEG'] * 0x10001})")
+            e(ind, f"nh_lo = np.uint32({(c['NEG16'] | 8) * 0x10001})")
+            e(ind, "nh_hi = nh_lo")
+        else:
+            e(ind, f"nz_lo = np.uint32({(c['NEG'] | DEFAULT_ZP[bits]) * 0x10001})")
+        e(ind, "nz_hi = nz_lo")
+        return
+    for h, name in ((0, "lo"), (1, "hi")):
+        if bits == 8:
+            e(ind, f"nz_{name} = (np.uint32({c['NEG']}) | ({zp[h]} & np.uint32(15))) * np.uint32(65537)")
+            e(ind, f"nh_{name} = (np.uint32({c['NEG16']}) | ({zp[h]} >> np.uint32(4))) * np.uint32(65537)")
+        else:
+            e(ind, f"nz_{name} = (np.uint32({c['NEG']}) | {zp[h]}) * np.uint32(65537)")
+
+
 def _emit_block_mma(e, ind: int, *, i: int, bb: int, MT: int, SPB: int, SG: int, c: dict, s_lo: str, s_hi: str,
-                    zp, word) -> None:
+                    zp, word, bits: int = 4) -> None:
     """Emit one quantisation block ``bb`` of tile ``i`` (both generators): its scales (``s_lo`` / ``s_hi``:
     expressions of the fp32 scales of rows g and g + 8) and, with packed zero points, the negated
     zero-point pairs (``zp``: the two uint32 zero-point expressions, else None); then, per 16-k step,
-    the four decoded B fragments of weight word ``word(j)[wi]`` (magic-number decode with ``fma2``) and
-    one ``mma`` per m-tile into fresh fp32 partials; then ``acc += scale * partial``."""
+    the four decoded B fragments of each operand plane (``_step_planes``: weight word
+    ``word(vector)[word]``, magic-number decode with ``fma2``) and one ``mma`` per plane and m-tile into
+    fresh fp32 partials; then ``acc += scale * partial``."""
     e(ind, f"s_lo = {s_lo}")
     e(ind, f"s_hi = {s_hi}")
     if zp is not None:
-        e(ind, f"nz_lo = (np.uint32({c['NEG']}) | {zp[0]}) * np.uint32(65537)")
-        e(ind, f"nz_hi = (np.uint32({c['NEG']}) | {zp[1]}) * np.uint32(65537)")
+        _emit_zero_points(e, ind, bits, c, zp)
+    mask = "0x00030003" if bits == 2 else "0x000F000F"
     for mt in range(MT):
         for r in range(4):
             e(ind, f"p_{mt}_{r} = np.float32(0)")
     for ss in range(SPB):
         s = bb * SPB + ss
-        j, wi = divmod(s, 4)
         G, sig = divmod(s, SG)
-        e(ind, f"wd = {word(j)}[{wi}]")
-        for r in range(4):
-            nz = "nz_lo" if r % 2 == 0 else "nz_hi"
-            e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r})) & np.uint32(0x000F000F)) "
-                   f"| np.uint32({c['MAGIC']}), np.uint32({c['ONE']}), {nz})")
-        for mt in range(MT):
-            e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
-                   f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
+        for j, wi, sh, plane in _step_planes(bits, s):
+            e(ind, f"wd = {word(j)}[{wi}]")
+            one = c["ONE16"] if plane else c["ONE"]
+            for r in range(4):
+                nz = ("nh_" if plane else "nz_") + ("lo" if r % 2 == 0 else "hi")
+                e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r + sh})) & np.uint32({mask})) "
+                       f"| np.uint32({c['MAGIC']}), np.uint32({one}), {nz})")
+            for mt in range(MT):
+                e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
+                       f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
     for mt in range(MT):
         e(ind, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
         e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
@@ -483,13 +582,13 @@ def _emit_block_mma(e, ind: int, *, i: int, bb: int, MT: int, SPB: int, SG: int,
         e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
 
 
-def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
+def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> str:
     """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
     PF, KSP, S = tac.pf, tac.ksplit, tac.stages
     WS = W * KSP  # warps that share one tile group's K loop (split-K stride)
-    KS = max(64, BS)
-    CPS = KS // 64
+    KS = max(KS_MIN[bits], BS)
+    NV = n_vectors(bits, KS)
     KG = min(BS, 64)
     SG = KG // 16
     BPS = KS // BS
@@ -517,8 +616,7 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         e(1, f"gw = split * {W} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     if ZP == "none":
-        e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
-        e(1, "nz_hi = nz_lo")
+        _emit_zero_points(e, 1, bits, c, None)
     for i in range(TPW):
         for mt in range(MT):
             for r in range(4):
@@ -562,8 +660,8 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
             e(indent, "if scl < n_super:")
             zeros = []
             for i in range(TPW):
-                for j in range(CPS):
-                    e(indent + 1, f"{p}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {j}) * 32 + lane)")
+                for j in range(NV):
+                    e(indent + 1, f"{p}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {NV} + {j}) * 32 + lane)")
                     zeros.append((f"_{u}_{i}_{j}", "Z4"))
                 if PF >= 1:
                     e(indent + 1, f"tsc = (tile0 + {i}) * n_super + scl")
@@ -634,7 +732,8 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                     sl, sh = scale_expr(u, i, bb), scale_expr(u, i, BPS + bb)
                     zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
                 _emit_block_mma(e, ind, i=i, bb=bb, MT=MT, SPB=SPB, SG=SG, c=c, s_lo=sl, s_hi=sh,
-                                zp=zp if ZP == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}")
+                                zp=zp if ZP == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}",
+                                bits=bits)
     for r in range(S - 1):
         for suf in stage:
             e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
@@ -709,7 +808,7 @@ def _scale_bits_expr(act: str, wd: str, hi: int) -> str:
     return f"u32_as_f32({bits}) * F112"
 
 
-def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
+def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> str:
     """The ring kernel (``tac.ring = D`` >= 2; see "Ring kernel" in the module docstring).
 
     Each warp walks a flat list of work items (tile group, super-chunk): the CTA's tile groups
@@ -724,8 +823,8 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     issued for the next group stay in flight through the barrier (no pipeline drain/refill per group, and
     no wave-quantised tail with a persistent grid)."""
     TPW, W, D = tac.tpw, tac.warps, tac.ring
-    KS = max(64, BS)
-    CPS = KS // 64
+    KS = max(KS_MIN[bits], BS)
+    NV = n_vectors(bits, KS)
     KG = min(BS, 64)
     SG = KG // 16
     BPS = KS // BS
@@ -751,8 +850,7 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
     e(1, "my_groups = (ngroups - G0 + GS - 1) // GS")
     e(1, f"red = cuda.shared.array({2 * W * E}, np.float32)")
     if ZP == "none":
-        e(1, f"nz_lo = np.uint32({(c['NEG'] | 8) * 0x10001})")
-        e(1, "nz_hi = nz_lo")
+        _emit_zero_points(e, 1, bits, c, None)
     for i in range(TPW):
         for mt in range(MT):
             for r in range(4):
@@ -782,8 +880,8 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
         e(ind, "if gi < my_groups and scl < n_super:")
         zeros = []
         for i in range(TPW):
-            for jc in range(CPS):
-                e(ind + 1, f"{p}_{i}_{jc} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {CPS} + {jc}) * 32 + lane)")
+            for jc in range(NV):
+                e(ind + 1, f"{p}_{i}_{jc} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {NV} + {jc}) * 32 + lane)")
                 zeros.append((f"_{i}_{jc}", "Z4"))
             e(ind + 1, f"tsc = (tile0 + {i}) * n_super + scl")
             if BPS == 4:
@@ -852,7 +950,7 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
                                 s_lo=_scale_bits_expr(act, f"{p}sc_{i}_{bb >> 1}", bb & 1),
                                 s_hi=_scale_bits_expr(act, f"{p}sc_{i}_{(BPS + bb) >> 1}", (BPS + bb) & 1),
                                 zp=(f"{p}zp_{i}_0_{bb}", f"{p}zp_{i}_1_{bb}") if ZP == "packed" else None,
-                                word=lambda j, i=i: f"{p}_{i}_{j}")
+                                word=lambda j, i=i: f"{p}_{i}_{j}", bits=bits)
         # end of this warp's items of the group: partials -> shared buffer (group parity), barrier, store
         e(ind, "if jj == per - 1:")
         ind2 = ind + 1
@@ -886,18 +984,18 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str) -> Kernel:
+def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> Kernel:
     """The compiled-on-demand kernel for one specialisation."""
     from numba.cuda import types
 
-    src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP)
+    src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP, bits)
     ns = {
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
     }
-    name = f"gemv_mma_w4_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}"
+    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}"
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["gemv_mma"]
     fn.__name__ = name
@@ -934,7 +1032,7 @@ class GemvMmaPlan:
         pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
         MT = 1 if M <= 8 else 2
-        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind)
+        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind, weights.bits)
         self.kernel = k.name
         self._kernel = k
         zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)
@@ -986,7 +1084,52 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
     ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks)."""
     if not supports(problem):
         raise ValueError(f"gemv_mma does not support {problem.describe()}")
-    if weights.bits != 4 or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
+    if weights.bits not in BITS or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
         raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
-    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M)
+    if problem.bits != weights.bits:
+        raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
+    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
     return GemvMmaPlan(weights, problem.M, tac, packed)
+
+
+class TensorCorePlan:
+    """The plan a fused-GEMV route (``gemv_w4`` / ``gemv_w8`` / ``gemv_w2``) runs for fp16/bf16 A when
+    ``supports`` the problem: this tensor-core GEMV, flat in M (the H200 measured it faster than the
+    CUDA-core engine at every M for 4-bit, 2026-11-30: 4096x4096 g32 fp16 9.6 vs 19.6 us at M=1, 9.3 vs
+    61.8 us at M=4).
+
+    It needs A 16-byte aligned; an unaligned A (e.g. a sliced tensor) is served by the route's CUDA-core
+    plan (``cuda_core()`` builds it), built on first need (outside graph capture).
+    """
+
+    def __init__(self, weights, problem, route: str, cuda_core):
+        self.route = route
+        self.mma = build(weights, problem)
+        self.kernel = self.mma.kernel
+        self.tactic = self.mma.tactic
+        self._cuda_core = cuda_core
+        self._fallback = None
+
+    def run(self, a, out, stream: int) -> None:
+        if a.ptr % 16 == 0:
+            self.mma.run(a, out, stream)
+            return
+        if self._fallback is None:
+            from ..launch import CaptureError, is_capturing
+
+            if is_capturing(stream):
+                raise CaptureError(f"{self.route}: A is not 16-byte aligned and the CUDA-core fallback is not built "
+                                   "yet; run a warmup inference with the same A layout outside capture first.")
+            self._fallback = self._cuda_core()
+        self._fallback.run(a, out, stream)
+
+
+def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto"):
+    """A fused-GEMV route's plan: ``kernel`` "auto" (this tensor-core GEMV for fp16/bf16 when ``supports``
+    the problem, else the CUDA-core engine), "cuda_core" or "mma"; ``cuda_core()`` builds the CUDA-core
+    plan."""
+    if kernel not in ("auto", "cuda_core", "mma"):
+        raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
+    if kernel == "cuda_core" or (kernel == "auto" and not supports(problem)):
+        return cuda_core()
+    return TensorCorePlan(weights, problem, route, cuda_core)

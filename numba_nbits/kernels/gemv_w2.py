@@ -49,8 +49,18 @@ def check_problem(weights, problem) -> None:
     gc.check(p.K == w.K and p.N == w.N, ROUTE, "problem and weights disagree on N/K")
 
 
-def build(weights, problem, config=None) -> gc.GemvPlan:
-    """Plan for ``problem`` (fixed M) over ``weights``: ``plan.run(a, out, stream)`` per call."""
+def build(weights, problem, config=None, kernel: str = "auto"):
+    """Plan for ``problem`` (fixed M) over ``weights``: ``plan.run(a, out, stream)`` per call. ``kernel``:
+    "auto" (the tensor-core GEMV ``gemv_mma`` for fp16/bf16 A when it supports the problem, else the
+    CUDA-core engine), "cuda_core" or "mma"."""
+    from . import gemv_mma
+
+    check_problem(weights, problem)
+    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel)
+
+
+def build_cuda_core(weights, problem) -> gc.GemvPlan:
+    """The CUDA-core plan (shared engine of ``gemv_common``) for ``problem``."""
     check_problem(weights, problem)
     mt = m_tile(problem.M)
     r, u, warps = SHAPES[mt]

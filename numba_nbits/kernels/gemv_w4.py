@@ -73,47 +73,10 @@ def build_cuda_core(weights, problem) -> gc.GemvPlan:
     return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps)
 
 
-class TensorCorePlan:
-    """fp16/bf16 A: the tensor-core GEMV (``gemv_mma``), which the H200 measured faster at every M
-    (2026-11-30, 4096x4096 g32 fp16: 9.6 us vs 19.6 us at M=1, 9.3 vs 61.8 us at M=4; and flat in M).
-
-    It needs A 16-byte aligned; an unaligned A (e.g. a sliced tensor) is served by the CUDA-core
-    plan, built on first need (outside graph capture).
-    """
-
-    route = ROUTE
-
-    def __init__(self, weights, problem):
-        from . import gemv_mma
-
-        self.mma = gemv_mma.build(weights, problem)
-        self.kernel = self.mma.kernel
-        self.tactic = self.mma.tactic
-        self._w, self._p = weights, problem
-        self._fallback = None
-
-    def run(self, a, out, stream: int) -> None:
-        if a.ptr % 16 == 0:
-            self.mma.run(a, out, stream)
-            return
-        if self._fallback is None:
-            from ..launch import CaptureError, is_capturing
-
-            if is_capturing(stream):
-                raise CaptureError("gemv_w4: A is not 16-byte aligned and the CUDA-core fallback is not built yet; "
-                                   "run a warmup inference with the same A layout outside capture first.")
-            self._fallback = build_cuda_core(self._w, self._p)
-        self._fallback.run(a, out, stream)
-
-
 def build(weights, problem, config=None, kernel: str = "auto"):
-    """Plan for ``problem`` over ``weights``. ``kernel``: "auto" (tensor cores for fp16/bf16 when
-    ``gemv_mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"."""
+    """Plan for ``problem`` over ``weights``. ``kernel``: "auto" (tensor cores, ``gemv_mma``, for fp16/bf16
+    when ``gemv_mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"."""
     from . import gemv_mma
 
     check_problem(weights, problem)
-    if kernel == "cuda_core" or (kernel == "auto" and not gemv_mma.supports(problem)):
-        return build_cuda_core(weights, problem)
-    if kernel not in ("auto", "mma"):
-        raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
-    return TensorCorePlan(weights, problem)
+    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel)
