@@ -80,7 +80,9 @@ def test_block_256_m1_falls_back_instead_of_throwing():
 
 # ---------------------------------------------------------------------- guard boundaries: 8-bit
 @pytest.mark.parametrize("kw, ok, guard", [
-    (dict(M=5), True, None), (dict(M=6), False, "m_le_5"),
+    (dict(M=5), True, None), (dict(M=6), True, None), (dict(M=16), True, None), (dict(M=17), False, "m_w8"),
+    (dict(M=5, dtype="float32"), True, None), (dict(M=6, dtype="float32"), False, "m_w8"),
+    (dict(M=6, block_size=256), False, "m_w8"), (dict(M=6, dtype="bfloat16", block_size=16), True, None),
     (dict(block_size=256), True, None), (dict(block_size=512), False, "block_divides_256"),
     (dict(K=4096 + 64, block_size=128), False, "k_mult_block"),
     (dict(N=4100), False, "n_mult_8"),

@@ -119,7 +119,7 @@ def _dims(draw, hi, special):
 
 
 #: per fused route: (bits, block sizes, M range) that its guards admit
-FUSED_TARGETS = {"gemv_w4": (4, [16, 32, 64, 128], 16), "gemv_w8": (8, [16, 32, 64, 128, 256], 5),
+FUSED_TARGETS = {"gemv_w4": (4, [16, 32, 64, 128], 16), "gemv_w8": (8, [16, 32, 64, 128, 256], 16),
                  "gemv_w2": (2, [16, 32, 64, 128, 256], 8), "router_gemv": (4, [32, 64], 1)}
 
 

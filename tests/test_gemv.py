@@ -163,6 +163,19 @@ def test_w8_small_m(rng, dtype, M):
     check(rng, bits=8, M=M, N=8, K=64, bs=32 if M == 2 else 16, dtype=dtype, zp="packed" if M == 5 else "none")
 
 
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_w8_cuda_core_beyond_m5(rng, dtype):
+    """M = 7: the tensor-core route's range; its CUDA-core fallback (unaligned A) walks M tiles of 5 over blockIdx.y."""
+    plan = check(rng, bits=8, M=7, N=8, K=64, bs=32, dtype=dtype, zp="packed")
+    assert plan.grid[1] == 2
+
+
+def test_w8_fp32_keeps_spec_m_limit(rng):
+    w, _ = make(rng, bits=8, N=8, K=64, bs=32, dtype="float32", zp="none")
+    with pytest.raises(ValueError, match="M=6 outside"):
+        _build(8, False, w, Problem(M=6, N=8, K=64, bits=8, block_size=32, dtype="float32"))
+
+
 @pytest.mark.parametrize("M,bs,zp", [(1, 16, "packed"), (5, 64, "none")])
 def test_w8_onehot_decode_exact(rng, M, bs, zp):
     ks = np.array([63, 0, 17, 38, 50][:M])

@@ -119,6 +119,8 @@ if SIM:
         (2, 1, 16, 128, 64, "float16", "none", "t1w1u1"),
         (2, 2, 24, 136, 32, "bfloat16", "packed", "t1w2u1"),  # K % 128 != 0, partial tile
         (2, 1, 48, 256, 128, "float16", "packed", "t1w2u1p1r3g1"),
+        (2, 2, 16, 256, 16, "float16", "packed", "t1w1u1p1r2"),  # 8 blocks per super-chunk: two scale vectors
+        (2, 1, 16, 256, 16, "bfloat16", "none", "t1w1u1p1"),  # the same, plain kernel
     ]
 else:
     _dz8 = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))

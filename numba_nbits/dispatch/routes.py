@@ -109,6 +109,13 @@ def _smem_gate_w8(p: Problem, c: Config) -> bool:
 
 smem_gate_w8 = G("smem_gate_w8", "(sizeof(T) + zp) * k_blocks * 8 + reduce storage <= sharedMemPerBlock",
                  _smem_gate_w8)
+def _m_w8(p: Problem, c: Config) -> bool:
+    return p.M <= 5 or (p.M <= 16 and p.dtype in ("float16", "bfloat16") and p.block_size in (16, 32, 64, 128))
+
+
+#: spec §4.2 allows M <= 5; the tensor-core GEMV (fp16/bf16, block <= 128) is flat to M = 16 and beats the
+#: dequantize + cuBLAS route there (H200: 28672x8192 8-bit g128 M=16 107 us vs 477 us), so it takes M 6..16
+m_w8 = G("m_w8", "M <= 5, or M <= 16 with fp16/bf16 A and block_size <= 128 (tensor-core GEMV)", _m_w8)
 block_divides_256 = G("block_divides_256", "256 % block_size == 0", lambda p, c: 256 % p.block_size == 0)
 block_divides_512 = G("block_divides_512", "512 % block_size == 0", lambda p, c: 512 % p.block_size == 0)
 fp16_sm53 = G("fp16_sm53", "fp16 needs sm >= 53", lambda p, c: p.dtype != "float16" or p.sm >= 53)
@@ -158,13 +165,13 @@ ROUTES: tuple = (
           "fused", "4-bit MoE-router GEMV, bias fused (spec §5)"),
     Route("gemv_w4", "gemv_w4", FUSED + (bits_is(4), m_positive, m_at_most(16), block_in({16, 32, 64, 128}),
                                          smem_gate_w4),
-          "add", "4-bit fused GEMV, M = 1..16 (spec §4.1)"),
-    Route("gemv_w8", "gemv_w8", FUSED + (bits_is(8), m_positive, m_at_most(5), block_divides_256, k_mult_block,
+          "add", "4-bit fused GEMV, M = 1..16 (spec §4.1); tensor cores for fp16/bf16"),
+    Route("gemv_w8", "gemv_w8", FUSED + (bits_is(8), m_positive, m_w8, block_divides_256, k_mult_block,
                                          smem_gate_w8),
-          "add", "8-bit fused GEMV, M = 1..5 (spec §4.2)"),
+          "add", "8-bit fused GEMV, M = 1..5 (spec §4.2); tensor cores for fp16/bf16, block <= 128, M <= 16"),
     Route("gemv_w2", "gemv_w2", FUSED + (bits_is(2), m_positive, m_at_most(8), k_mult_16, block_divides_512,
                                          k_mult_block, fp16_sm53),
-          "add", "2-bit fused GEMV, M = 1..8 (spec §4.3)"),
+          "add", "2-bit fused GEMV, M = 1..8 (spec §4.3); tensor cores for fp16/bf16, block <= 128"),
     Route("dequant_cublas_chunked", "dequant", (no_g_idx, chunk_rule),
           "add", "dequantize N-chunks into scratch + cuBLAS GEMM per chunk (spec §6)"),
     Route("dequant_cublas", "dequant", (always,),

@@ -298,8 +298,62 @@ TUNED: dict = {
 }
 
 
-#: Tuned tactics for 8-bit and 2-bit weights, same keys (``perf/sweep_gemv_m1.py --bits 8`` / ``--bits 2``)
+#: Tuned tactics for 8-bit and 2-bit weights, same keys: fitted to the H200 sweeps
+#: ``perf/sweep_gemv_m1.py --bits 8`` (600/600 rows correct) and ``--bits 2`` (303/303) of 2026-11-30
+#: (perf/results/2026-11-30-h200-gemv-lowbit-sweep/; split-K only with a 10% margin, none chosen)
 TUNED_BITS: dict = {8: {}, 2: {}}
+TUNED_BITS[8] = {
+    (4096, 4096, 32, 1): 't1w8u1p1s3',
+    (4096, 4096, 32, 8): 't1w8u1p1s3',
+    (4096, 4096, 32, 16): 't1w8u1p1s3',
+    (4096, 4096, 128, 1): 't1w8u1',
+    (4096, 4096, 128, 8): 't1w8u1',
+    (4096, 4096, 128, 16): 't1w8u1p1',
+    (4096, 14336, 32, 1): 't1w8u1p1s3',
+    (4096, 14336, 32, 8): 't1w8u1p1s3',
+    (4096, 14336, 32, 16): 't2w8u1',
+    (4096, 14336, 128, 1): 't1w8u1',
+    (4096, 14336, 128, 8): 't1w8u1',
+    (4096, 14336, 128, 16): 't1w8u1p1s3',
+    (8192, 28672, 32, 1): 't2w8u1',
+    (8192, 28672, 32, 8): 't2w8u1',
+    (8192, 28672, 32, 16): 't2w8u1',
+    (8192, 28672, 128, 1): 't1w8u1',
+    (8192, 28672, 128, 8): 't1w8u1',
+    (8192, 28672, 128, 16): 't1w8u1p1s3',
+    (14336, 4096, 32, 1): 't1w8u1p1s3',
+    (14336, 4096, 32, 8): 't1w8u1p1s3',
+    (14336, 4096, 32, 16): 't2w8u1',
+    (14336, 4096, 128, 1): 't1w8u1',
+    (14336, 4096, 128, 8): 't1w8u1p1b4',
+    (14336, 4096, 128, 16): 't1w4u1p1',
+    (28672, 8192, 32, 1): 't2w8u1',
+    (28672, 8192, 32, 8): 't2w4u1',
+    (28672, 8192, 32, 16): 't2w8u1',
+    (28672, 8192, 128, 1): 't2w4u1',
+    (28672, 8192, 128, 8): 't2w4u1',
+    (28672, 8192, 128, 16): 't2w4u1p1',
+    (128256, 4096, 32, 1): 't2w4u1',
+    (128256, 4096, 32, 8): 't2w4u1',
+    (128256, 4096, 32, 16): 't2w4u1',
+    (128256, 4096, 128, 1): 't2w4u1',
+    (128256, 4096, 128, 8): 't2w4u1',
+    (128256, 4096, 128, 16): 't2w4u1',
+}
+TUNED_BITS[2] = {
+    (4096, 4096, 64, 1): 't1w8u2p1',
+    (4096, 4096, 64, 8): 't1w8u2p1',
+    (4096, 14336, 64, 1): 't1w8u2p1',
+    (4096, 14336, 64, 8): 't1w8u2p1',
+    (8192, 28672, 64, 1): 't2w8u1',
+    (8192, 28672, 64, 8): 't2w8u1',
+    (14336, 4096, 64, 1): 't2w8u1',
+    (14336, 4096, 64, 8): 't2w8u1',
+    (28672, 8192, 64, 1): 't2w8u1',
+    (28672, 8192, 64, 8): 't2w8u1',
+    (128256, 4096, 64, 1): 't2w4u1',
+    (128256, 4096, 64, 8): 't2w4u1',
+}
 
 
 def m_class(M: int) -> int:
@@ -669,6 +723,11 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4)
                         e(indent + 1, f"sv = ldg_v4(sw, tsc * 8 + g)")
                         for q in range(4):
                             e(indent + 1, f"{p}sc_{u}_{i}_{q} = sv[{q}]")
+                    elif BPS == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+                        for v in range(2):
+                            e(indent + 1, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
+                            for q in range(4):
+                                e(indent + 1, f"{p}sc_{u}_{i}_{4 * v + q} = sv[{q}]")
                     else:
                         for q in range(BPS):
                             e(indent + 1, f"{p}sc_{u}_{i}_{q} = np.uint32(sw[tsc * {8 * BPS} + g * {BPS} + {q}])")
@@ -888,12 +947,19 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int
                 e(ind + 1, "sv = ldg_v4(sw, tsc * 8 + g)")
                 for q in range(4):
                     e(ind + 1, f"{p}sc_{i}_{q} = sv[{q}]")
+            elif BPS == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+                for v in range(2):
+                    e(ind + 1, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
+                    for q in range(4):
+                        e(ind + 1, f"{p}sc_{i}_{4 * v + q} = sv[{q}]")
             elif BPS == 2:  # block 32: the lane's two scale words as one 8-byte request (pf=1 issues two)
                 e(ind + 1, "sv2 = ldg_v2(sw, tsc * 8 + g)")
                 for q in range(2):
                     e(ind + 1, f"{p}sc_{i}_{q} = sv2[{q}]")
-            else:
+            elif BPS == 1:
                 e(ind + 1, f"{p}sc_{i}_0 = np.uint32(sw[tsc * 8 + g])")
+            else:
+                raise ValueError(f"gemv_mma ring: {BPS} quantisation blocks per super-chunk")
             zeros += [(f"sc_{i}_{q}", "np.uint32(0)") for q in range(BPS)]
             if ZP == "packed":
                 for h in range(2):

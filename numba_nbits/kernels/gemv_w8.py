@@ -1,4 +1,5 @@
-"""8-bit fused GEMV (spec §4.2, route ``gemv_w8``): ``Y = A · dequant(B)ᵀ`` for M = 1..5.
+"""8-bit fused GEMV (spec §4.2, route ``gemv_w8``): ``Y = A · dequant(B)ᵀ`` for M = 1..5 (1..16 with
+fp16/bf16 A and block_size <= 128: the tensor-core GEMV ``gemv_mma`` serves those, flat in M).
 
 Math: ``Y[m, n] = sum_k A[m, k] * (q[n, k] - zp[n, k//bs]) * scale[n, k//bs]``, fp32
 accumulation, one rounding to the output dtype; zero points none (default 128) or packed uint8
@@ -16,14 +17,20 @@ per lane. M = 2..5: the M tile equals M (an 8-bit GEMV moves twice the bytes of 
 FMA, so it stays memory-bound longer; no lanes are wasted on padding rows).
 
 Guards (``routes.gemv_w8``): bits 8, no g_idx, zero points none/packed, N % 8 == 0, K % 8 == 0,
-1 <= M <= 5, 256 % block_size == 0, K % block_size == 0.
+1 <= M <= 5 (or <= 16 for the tensor-core GEMV), 256 % block_size == 0, K % block_size == 0.
+
+fp16/bf16 A (block <= 128) runs ``gemv_mma`` (two 4-bit planes per code, see its docstring); the
+engine below serves fp32 A, block 256 and an A that is not 16-byte aligned (M > 5 then in M tiles
+of 5 over ``blockIdx.y``).
 """
 from __future__ import annotations
 
 from . import gemv_common as gc
 
 ROUTE = "gemv_w8"
-M_MAX = 5
+M_MAX = 5  # spec §4.2; the tensor-core GEMV takes M up to M_MAX_MMA
+M_MAX_MMA = 16
+MMA_BLOCKS = (16, 32, 64, 128)
 #: (rows per warp, chunks per lane per iteration, warps per block) by M tile (see gemv_w4).
 SHAPES = {1: (4, 2, 8), 2: (4, 1, 8), 3: (4, 1, 8), 4: (4, 1, 8), 5: (2, 1, 8)}
 
@@ -34,7 +41,9 @@ def check_problem(weights, problem) -> None:
     gc.check(w.g_idx is None, ROUTE, "g_idx is not supported by fused kernels")
     gc.check(w.zp_kind in ("none", "packed"), ROUTE, f"zero points {w.zp_kind!r}, needs none or packed uint8")
     gc.check(w.N % 8 == 0 and w.K % 8 == 0, ROUTE, f"N={w.N}, K={w.K} must be multiples of 8")
-    gc.check(1 <= p.M <= M_MAX, ROUTE, f"M={p.M} outside 1..{M_MAX}")
+    mma = w.dtype in ("float16", "bfloat16") and w.block_size in MMA_BLOCKS
+    gc.check(1 <= p.M <= (M_MAX_MMA if mma else M_MAX), ROUTE,
+             f"M={p.M} outside 1..{M_MAX} (1..{M_MAX_MMA} for fp16/bf16 A with block_size <= 128)")
     gc.check(w.block_size >= 16 and 256 % w.block_size == 0, ROUTE, f"block_size={w.block_size}: 256 % block != 0")
     gc.check(w.K % w.block_size == 0, ROUTE, f"K={w.K} not a multiple of block_size={w.block_size}")
     gc.check(p.K == w.K and p.N == w.N, ROUTE, "problem and weights disagree on N/K")
@@ -53,6 +62,6 @@ def build(weights, problem, config=None, kernel: str = "auto"):
 def build_cuda_core(weights, problem) -> gc.GemvPlan:
     """The CUDA-core plan (shared engine of ``gemv_common``) for ``problem``."""
     check_problem(weights, problem)
-    mt = problem.M
+    mt = min(problem.M, M_MAX)  # M > 5 (fallback of the tensor-core plan): blockIdx.y walks M tiles of 5
     r, u, warps = SHAPES[mt]
     return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps)
