@@ -506,6 +506,31 @@ def test_merge_equals_one_directory_with_all_rows(tmp_path):
     assert readme._is_shard(d1) and not readme._is_shard(out) and not readme._is_shard(whole)
 
 
+def test_merge_supersede_replaces_remeasured_cases(tmp_path):
+    """``--supersede``: the later input's rows of a case replace all the earlier input's rows of it
+    (ours and peers); other cases and the reference rows stay; without it both are kept (and warned)."""
+    from numba_nbits.perf import merge
+
+    _, whole = _shard_dirs(tmp_path)
+    base = {k: v for k, v in _rows()[0].items() if k not in ("route", "us", "forced", "kind")}
+    again = [{**base, "M": 1, "kind": "ours", "route": "gemv_w4", "forced": False, "us": 2.0, "correct": True,
+              "rel_err": 1e-4},
+             {**base, "M": 1, "kind": "peer", "route": "torch_dense", "forced": False, "us": 13.0, "correct": True}]
+    new = tmp_path / "remeasured"
+    report.write_results(new, again, {"env": dict(_ENV), "ceilings": dict(_CEIL), "skipped": [], "notes": [],
+                                      "wall_s": 1.0}, plots=False)
+    old_df, _ = report.read_results(whole)
+    df, meta = merge.merge_frames([whole, new], supersede=True)
+    m1 = df[(df["shape"] == "l3-8b-attn") & (df["M"] == 1) & (df["kind"] != "reference")]
+    assert sorted(m1["us"].tolist()) == [2.0, 13.0] and set(m1["shard"]) == {"remeasured"}
+    keep = old_df[~((old_df["shape"] == "l3-8b-attn") & (old_df["M"] == 1) & (old_df["kind"] != "reference"))]
+    assert len(df) == len(keep) + 2
+    assert any("1 case(s) re-measured" in w for w in meta["merge_warnings"])
+    df2, meta2 = merge.merge_frames([whole, new])
+    assert len(df2) == len(old_df) + 2 and any("more than one shard" in w for w in meta2["merge_warnings"])
+    assert cli.main(["merge", str(whole), str(new), "--supersede", "--out", str(tmp_path / "m"), "--no-plots"]) == 0
+
+
 def test_merge_rejects_mismatched_gpu(tmp_path):
     from numba_nbits.perf import merge
 

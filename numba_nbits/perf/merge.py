@@ -11,6 +11,9 @@ the suite). The merge
 * warns, in summary.md's "Merge warnings" and in meta.json's ``merge_warnings``, never silently,
   when commits, library versions or the measured ceilings (spread over ``CEILING_TOL``) differ
   between shards, when a shard of 1..N is missing or repeated, or when a case was measured twice;
+* with ``--supersede`` (inputs in the order given, oldest first), lets a later input's measurement of a
+  case replace every row (ours and peers) of that case from earlier inputs: how a report is updated
+  after a kernel change re-measured part of it (a warning counts the replaced cases);
 * re-derives summary.md (best route per case, peers, misses, skipped cases of every shard, a
   ``shard`` column and a "Shards" table with each shard's commit, date, ceilings and versions) and
   the plots, and writes meta.json with ``shards`` (one entry per input) and the combined skips.
@@ -83,8 +86,8 @@ def _distinct(values) -> list:
     return out
 
 
-def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
-    """The merged frame and meta of ``dirs`` (pure: reads, writes nothing)."""
+def merge_frames(dirs, *, supersede: bool = False) -> tuple[pd.DataFrame, dict]:
+    """The merged frame and meta of ``dirs`` (pure: reads, writes nothing); ``supersede``: see the module doc."""
     dirs = [Path(d) for d in dirs]
     if not dirs:
         raise MergeError("merge needs at least one results directory")
@@ -143,6 +146,18 @@ def merge_frames(dirs) -> tuple[pd.DataFrame, dict]:
         else:
             merged_ceil[k] = " / ".join(_distinct(str(c[k]) for _, c in ceilings if c.get(k) not in (None, "")))
 
+    if supersede:
+        replaced = 0
+        for i in range(len(loaded)):
+            d, df, meta, lab = loaded[i]
+            later = {case_key(r) for _, ldf, _, _ in loaded[i + 1:]
+                     for r in ldf[ldf["kind"] != "reference"].to_dict("records")}
+            gone = df.apply(lambda r: r["kind"] != "reference" and case_key(r) in later, axis=1) if len(df) else []
+            if len(df) and gone.any():
+                replaced += len({case_key(r) for r in df[gone].to_dict("records")})
+                loaded[i] = (d, df[~gone], meta, lab)
+        if replaced:
+            warnings.append(f"{replaced} case(s) re-measured by a later input replace the earlier rows (--supersede)")
     frames = []
     for _, df, _, lab in loaded:
         df = df.copy()
@@ -218,12 +233,12 @@ def default_out(dirs) -> Path:
     return dirs[0].parent / names.pop()
 
 
-def merge(dirs, out_dir=None, *, plots: bool = True) -> tuple[pd.DataFrame, dict]:
+def merge(dirs, out_dir=None, *, plots: bool = True, supersede: bool = False) -> tuple[pd.DataFrame, dict]:
     """Merge ``dirs`` into ``out_dir``: results.csv, meta.json, summary.md and the plots."""
     out = Path(out_dir) if out_dir is not None else default_out(dirs)
     if any(out.resolve() == Path(d).resolve() for d in dirs):
         raise MergeError(f"--out {out} is one of the inputs")
-    df, meta = merge_frames(dirs)
+    df, meta = merge_frames(dirs, supersede=supersede)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / CSV_NAME, index=False)
     made = []
@@ -242,9 +257,11 @@ def main(argv=None) -> int:
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="shard result directories")
     p.add_argument("--out", type=Path, help="merged directory (default: the shards' name without -shard<I>of<N>)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--supersede", action="store_true",
+                   help="a case measured by a later DIR replaces its rows from earlier DIRs (give DIRs oldest first)")
     a = p.parse_args(argv)
     try:
-        df, meta = merge(a.dirs, a.out, plots=not a.no_plots)
+        df, meta = merge(a.dirs, a.out, plots=not a.no_plots, supersede=a.supersede)
     except MergeError as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     out = a.out or default_out(a.dirs)
