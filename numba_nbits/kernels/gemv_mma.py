@@ -1,4 +1,7 @@
-"""Tensor-core small-M GEMV for 4-bit MatMulNBits, fp16/bf16 activations, M = 1..16.
+"""Tensor-core small-M GEMV for 4-, 8- and 2-bit MatMulNBits, fp16/bf16 activations, M = 1..16.
+
+Serves the routes ``gemv_w4``, ``gemv_w8`` and ``gemv_w2`` for fp16/bf16 A (``route_plan``); the
+4-bit design is described first, then what 8-bit and 2-bit change ("Other bit widths").
 
 Math
 ----
@@ -17,7 +20,7 @@ tensor core sums them in fp32 over one quantization block; the block's partial s
 multiplied by the block scale in fp32 and accumulated in fp32. No weight is ever rounded, so the
 only roundings are the fp32 accumulations and the final store (more exact than dequantize+cuBLAS).
 
-Packed weight layout (built once per ``Weights`` via ``weights.derived``; key ``gemv_mma_w4``)
+Packed weight layout (built once per ``Weights`` via ``weights.derived``; key ``gemv_mma_w<bits>``)
 ---------------------------------------------------------------------------------------
 Rows are padded to ``N_pad = ceil(N/32)*32`` (zero codes, zero scales), K to
 ``K_pad = ceil(K / KS) * KS`` with ``KS = max(64, block_size)`` (one "super-chunk": a whole number
@@ -39,6 +42,24 @@ so padded codes contribute nothing.
   32-bit word per quantisation block pair (``pf >= 1`` reads them as words); ``zp`` uint8 in the
   same layout (packed zero points only; absent = 8).
 
+Other bit widths (same kernels; ``bits`` is a compile-time parameter of the generators)
+-----------------------------------------------------------------------------------------
+* **8-bit**: each code is split into two 4-bit planes, ``q = 16 * (q >> 4) + (q & 15)``, both packed in the
+  4-bit layout above (``pack_weights``: per 64-k chunk the low-nibble vector, then the high-nibble vector, so
+  a super-chunk has ``2 * KS / 64`` 16-byte loads per lane and tile). The low plane decodes as in 4-bit
+  with ``zp & 15``; the high plane with ``fma2(0x6400 | qh, 16.0, -(16384 + 16 * (zp >> 4)))`` (fp16;
+  bf16: ``0x4300 | qh``, 16.0, ``-(2048 + 16 * (zp >> 4))``), which is exactly ``16 * (qh - zh)``: the
+  product and the sum are representable (fp16 spacing 16 above 16384, bf16 above 2048), so each plane is
+  an exact MMA operand and both MMAs accumulate into the same fp32 partial. Default zero point 128
+  (low nibble 0, high 8).
+* **2-bit**: super-chunks of ``KS = max(128, block_size)`` k; a word holds the codes of two consecutive
+  16-k steps (step ``2q`` in bits ``4n, 4n + 1``, step ``2q + 1`` in bits ``4n + 2, 4n + 3`` of nibble
+  ``n`` of the 4-bit layout) and a 16-byte vector two 64-k chunks, so a lane loads 16 bytes per 128 k.
+  Decode: shift by ``4r`` (plus 2 for the odd step), mask ``0x00030003``. Default zero point 2.
+  Block 16 gives 8 quantisation blocks per super-chunk (two 16-byte scale loads per lane).
+* ``_step_planes`` maps an MMA step to (vector, word, shift, plane); ``TUNED_BITS`` holds the tactics fitted
+  to ``perf/sweep_gemv_m1.py --bits 8`` / ``--bits 2`` on the H200.
+
 Thread mapping and guards
 -------------------------
 A block is ``WARPS`` warps (split-K) over ``TPW`` 16-row tiles; ``KSPLIT`` consecutive blocks share
@@ -48,7 +69,7 @@ current group is computed (a register ring; 2 stages = double buffering). Partia
 across warps through shared memory and stored (with ``KSPLIT > 1``: written to a workspace slice, and
 the block that arrives last sums the slices in order and stores). Bias is not fused: the route adds
 it after. Guards (``supports``):
-bits 4, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
+bits 2/4/8, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points none/packed, no g_idx,
 N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked by ``run``).
 
 Memory-level parallelism at M=1 (analysis for the "GEMV family" issue; ptxas numbers from
