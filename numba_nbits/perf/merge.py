@@ -146,16 +146,17 @@ def merge_frames(dirs, *, supersede: bool = False) -> tuple[pd.DataFrame, dict]:
         else:
             merged_ceil[k] = " / ".join(_distinct(str(c[k]) for _, c in ceilings if c.get(k) not in (None, "")))
 
-    if supersede:
-        replaced = 0
-        for i in range(len(loaded)):
+    if supersede:  # newest input first: ``later`` holds the cases of the inputs after the current one
+        replaced, later = 0, set()
+        for i in reversed(range(len(loaded))):
             d, df, meta, lab = loaded[i]
-            later = {case_key(r) for _, ldf, _, _ in loaded[i + 1:]
-                     for r in ldf[ldf["kind"] != "reference"].to_dict("records")}
-            gone = df.apply(lambda r: r["kind"] != "reference" and case_key(r) in later, axis=1) if len(df) else []
-            if len(df) and gone.any():
-                replaced += len({case_key(r) for r in df[gone].to_dict("records")})
+            keys = [None if kind == "reference" else case_key(r)
+                    for kind, r in zip(df["kind"], df.to_dict("records"))]
+            gone = pd.Series([k is not None and k in later for k in keys], index=df.index, dtype=bool)
+            if gone.any():
+                replaced += len({k for k, g in zip(keys, gone) if g})
                 loaded[i] = (d, df[~gone], meta, lab)
+            later.update(k for k in keys if k is not None)
         if replaced:
             warnings.append(f"{replaced} case(s) re-measured by a later input replace the earlier rows (--supersede)")
     frames = []
