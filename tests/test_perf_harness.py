@@ -302,8 +302,15 @@ def test_readme_summary(tmp_path):
                                           "ceilings": {"bw_tb_s": 4.31, "tflops_float16": 755.0}}, plots=False)
     text = report.readme_summary(tmp_path)
     assert "NVIDIA H200" in text and "abc" in text and "4.31 TB/s" in text
-    assert "| shape | M | route | us |" in text
-    assert "other" in text and "vs torch_dense" in text
+    assert "| shape | M | default route | us |" in text
+    # l3-8b-attn M=1: dispatch's default (gemv_w4, 3.0 us) is the row shown and the speedups are over it; the
+    # faster forced route (other, 2.5 us) appears only in its labelled column.
+    line = next(ln for ln in text.splitlines() if ln.startswith("| l3-8b-attn | 1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:4] == ["gemv_w4", "3.00"]
+    assert f"{14.0 / 3.0:.2f}x" in cells and f"{14.0 / 2.5:.2f}x" not in cells
+    assert cells[-1] == "other (2.50)"
+    assert "vs torch_dense" in text and "best forced route (us)" in text
     r = subprocess.run([sys.executable, "-m", "numba_nbits.perf.report", "--readme", str(tmp_path)], cwd=REPO,
                        capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
