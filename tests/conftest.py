@@ -24,8 +24,52 @@ SIMULATED = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
 requires_gpu = pytest.mark.skipif(SIMULATED, reason="needs a real CUDA GPU (running on numba's simulator)")
 
 
+WORKERS_ENV = "NUMBA_NBITS_TEST_WORKERS"
+MAX_DEFAULT_WORKERS = 16
+
+
+def default_workers(environ, simulated: bool, cpu_count: int | None, have_xdist: bool) -> int:
+    """How many pytest-xdist worker processes a plain ``python -m pytest`` starts (0 = run in this process).
+
+    On a real GPU the suite is bound by compiling kernels on the CPU, one process per core: the default is
+    ``min(cpu_count, 16)`` workers. On the simulator the default is 0 (CI's command, one process).
+    ``NUMBA_NBITS_TEST_WORKERS=N`` sets it either way (0 = serial); without pytest-xdist it is 0.
+    """
+    text = environ.get(WORKERS_ENV, "").strip()
+    if text:
+        try:
+            n = int(text)
+        except ValueError:
+            raise pytest.UsageError(f"{WORKERS_ENV} must be a non-negative integer, got {text!r}") from None
+        if n < 0:
+            raise pytest.UsageError(f"{WORKERS_ENV} must be a non-negative integer, got {text!r}")
+    else:
+        n = 0 if simulated else min(cpu_count or 1, MAX_DEFAULT_WORKERS)
+    return n if have_xdist and n > 1 else 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Parallel workers by default on a GPU (``default_workers``), unless the command line chose
+    (``-n``, ``-p no:xdist``), a debugger is attached (``--pdb``) or this is already a worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("xdist"):
+        return None
+    opt = config.option
+    if getattr(opt, "numprocesses", None) is not None or getattr(opt, "usepdb", False) \
+            or getattr(opt, "collectonly", False):
+        return None
+    n = default_workers(os.environ, SIMULATED, os.cpu_count(), True)
+    if n:
+        opt.numprocesses = n
+        if getattr(opt, "dist", "no") == "no":
+            opt.dist = "worksteal"
+    return None
+
+
 def pytest_report_header(config):
-    return f"numba_nbits: {'CUDA simulator (no GPU found)' if SIMULATED else 'real GPU'}"
+    workers = getattr(config.option, "numprocesses", None)
+    where = "CUDA simulator (no GPU found)" if SIMULATED else "real GPU"
+    return f"numba_nbits: {where}" + (f"; {workers} worker processes ({WORKERS_ENV})" if workers else "")
 
 
 @pytest.fixture
