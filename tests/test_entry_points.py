@@ -20,6 +20,8 @@ import pytest
 
 import numba_nbits
 from numba_nbits import probe
+from numba_nbits.explain import explain, main as explain_main, resolve_sm
+from numba_nbits.schema import MatMulNBitsError
 from tests.conftest import SIMULATED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,3 +116,41 @@ def test_perf_main_refuses_the_simulator_in_process(capsys):
 
     assert cli.main(["--quick", "--no-plots"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {cli.SIMULATOR_REFUSED}"
+
+
+# ------------------------------------------------------------------------------------------ explain (item 6)
+
+def test_explain_rejects_what_the_operator_rejects(capsys):
+    with pytest.raises(MatMulNBitsError, match=r"block_size must be a power of 2, and >= 16. Got 48"):
+        explain(1, 4096, 4096, block_size=48)
+    with pytest.raises(MatMulNBitsError, match="bits should be 2, 4 or 8"):
+        explain(1, 4096, 4096, bits=3)
+    with pytest.raises(MatMulNBitsError, match="BFloat16 MatMulNBits is not supported"):
+        explain(1, 4096, 4096, dtype="bfloat16", sm=75)
+    assert explain_main(["--block-size", "48", "--no-env"]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == "error: block_size must be a power of 2, and >= 16. Got 48\n" and "route:" not in cap.out
+
+
+def test_explain_cli_block_size_48_exits_2():
+    r = _run(["-m", "numba_nbits.explain", "--M", "1", "--N", "4096", "--K", "4096", "--block-size", "48"])
+    assert r.returncode == 2 and r.stderr == "error: block_size must be a power of 2, and >= 16. Got 48\n", r.stderr
+
+
+def test_explain_says_where_sm_came_from(capsys):
+    assert resolve_sm(80) == (80, "--sm")
+    assert explain_main(["--sm", "80", "--no-env"]) == 0
+    assert "sm: 80 (--sm)" in capsys.readouterr().out
+    sm, source = resolve_sm()
+    if probe.gpu_present():
+        assert source.startswith("device 0: ")
+    else:
+        assert (sm, source) == (90, "assumed: no GPU found; pass --sm")
+    assert explain_main(["--no-env"]) == 0
+    assert f"sm: {sm} ({source})" in capsys.readouterr().out
+
+
+def test_explain_without_gpu_assumes_sm_90_and_says_so():
+    r = _run(["-m", "numba_nbits.explain", "--M", "1", "--no-env"])
+    assert r.returncode == 0, r.stderr
+    assert "sm: 90 (assumed: no GPU found; pass --sm)" in r.stdout.splitlines()
