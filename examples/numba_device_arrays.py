@@ -30,7 +30,7 @@ def main(argv=None):
     W = rng.standard_normal((N, K)).astype(np.float16)
     bias = rng.standard_normal(N).astype(np.float16)
     B, scales, zp = quantize(W, bits=4, block_size=32, symmetric=False)  # ORT's exact bytes
-    op = MatMulNBits(B, scales, zp, None, bias, K=K, N=N, bits=4, block_size=32)
+    op = MatMulNBits(B, scales, zp, None, bias, K=K, N=N, bits=4, block_size=32)  # first device use
     stream = cuda.stream()
     for M in Ms:
         A = rng.standard_normal((M, K)).astype(np.float16)
@@ -51,4 +51,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from numba_nbits.probe import run_cli
+
+    sys.exit(run_cli(main))  # no CUDA GPU (and no simulator): one line saying so, exit status 2

@@ -87,4 +87,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from numba_nbits.probe import run_cli
+
+    sys.exit(run_cli(main))  # no CUDA GPU (and no simulator): one line saying so, exit status 2

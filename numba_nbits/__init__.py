@@ -4,7 +4,8 @@
 (fused GEMVs, dequantize + cuBLAS) behind the operator's dispatch chain.
 
 Importing this package does no device work, compiles nothing and reads no environment variable:
-the public names below are loaded on first use.
+the public names below are loaded on first use. Without a CUDA GPU, building a ``MatMulNBits`` raises
+``NoGPUError`` unless numba runs on its CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba is imported).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ _EXPORTS = {
     "Graph": ".graphs",
     "CaptureError": ".launch",
     "MatMulNBitsError": ".schema",
+    "NoGPUError": ".probe",
     "pack_weights_for_mixed_gemm": ".kernels.mixed_gemm",
 }
 

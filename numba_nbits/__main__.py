@@ -1,8 +1,9 @@
 """Demo: ``python -m numba_nbits [--M 4 --N 256 --K 512 --bits 4 --block-size 32 --dtype float16]``.
 
 Quantizes a random weight with the ORT-exact quantizer, runs MatMulNBits on the GPU (or on numba's
-CUDA simulator when no GPU is found; then keep the shape small), and prints the route dispatch
-chose, the kernel, the time of the call and the relative error against the float64 oracle.
+CUDA simulator when no GPU is found and ``NUMBA_ENABLE_CUDASIM`` is unset, with a one-line notice on
+stderr; then keep the shape small), and prints the route dispatch chose, the kernel, the time of the
+call and the relative error against the float64 oracle.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if "NUMBA_ENABLE_CUDASIM" not in os.environ:  # an entry point may choose; the library never does
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
+        if not gpu_present():
+            print("no CUDA GPU found: running on numba's CUDA simulator (slow; default shape N=64 K=128)",
+                  file=sys.stderr)
     sim = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"
     N = args.N or (64 if sim else 4096)
     K = args.K or (128 if sim else 4096)
@@ -63,4 +67,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .probe import run_cli
+
+    sys.exit(run_cli(main))  # NUMBA_ENABLE_CUDASIM=0 without a GPU: one line (NoGPUError), exit status 2

@@ -145,6 +145,9 @@ class MatMulNBits:
     def _device(self):
         if self._simulated:
             return 90, 0
+        from .probe import require_gpu
+
+        require_gpu()  # no GPU and no simulator: one clear NoGPUError instead of numba's CudaSupportError
         from numba import cuda
 
         dev = cuda.get_current_device()

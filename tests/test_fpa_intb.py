@@ -136,7 +136,7 @@ def test_explain_shows_the_route(capsys):
     assert "✔ fpa_intb" in out and "route: fpa_intb" in out
     assert main(["--M", "1", "--no-env"]) == 0
     assert "✘ fpa_intb                 rejected by fpa_enabled" in capsys.readouterr().out
-    assert main(["--M", "8", "--block-size", "128", "--weight-prepacked", "2", "--no-env"]) == 0
+    assert main(["--M", "8", "--block-size", "128", "--weight-prepacked", "2", "--no-env", "--sm", "90"]) == 0
     assert "route: fpa_intb" in capsys.readouterr().out
 
 

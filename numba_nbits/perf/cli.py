@@ -13,6 +13,9 @@ every case exactly once; each shard writes ``perf/results/<date>-<gpu>-shard<I>o
 records the shard in meta.json. ``merge`` (a leading subcommand word, so every older argv keeps its
 meaning) concatenates shard directories into one results.csv / summary.md / plots / meta.json
 (``numba_nbits.perf.merge``).
+
+Timing runs need a CUDA GPU: on numba's CUDA simulator, or without a GPU, ``main`` prints one line saying
+so and returns 2 (``--dry-run`` and ``merge`` need no GPU).
 """
 from __future__ import annotations
 
@@ -205,6 +208,24 @@ def annotate(a: argparse.Namespace, rows: list[dict], meta: dict, argv=()) -> No
     meta.update(shard_meta(a), argv=list(argv))
 
 
+SIMULATOR_REFUSED = ("numba is running on its CUDA simulator (NUMBA_ENABLE_CUDASIM=1), whose times mean nothing "
+                     "and which cannot finish the plan within its budget: the perf suite needs a CUDA GPU "
+                     "(--dry-run prints the plan without one)")
+
+
+def device_problem() -> str:
+    """Why the suite cannot time anything here (one line), or "": on the simulator (refused: timing it is
+    meaningless, and one simulated case outlasts the whole --quick budget) or without a CUDA GPU."""
+    from ..launch import simulated
+    from ..probe import why_no_gpu
+
+    if simulated():
+        return SIMULATOR_REFUSED
+    reason = why_no_gpu()
+    return f"no CUDA GPU found ({reason}): the perf suite times kernels on a CUDA GPU (--dry-run prints the " \
+           "plan without one)" if reason else ""
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["merge"]:
@@ -225,6 +246,10 @@ def main(argv=None) -> int:
             print(f"  {c.tier:12s} {c.shape:14s} M={c.M:<5d} {c.bits}b g{c.block:<4d} {c.dtype:9s} zp={c.zp}"
                   f"{' ' + c.variant if c.variant else ''}")
         return 0
+    why = device_problem()
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     from .harness import Budget, make_backend
     from .report import write_results
     from .runner import Options, reference_rows_for, run
