@@ -134,8 +134,8 @@ def precompile_step(opts: Options, meta: dict, simulated: bool) -> None:
     from .precompile import run_workers
 
     if launch._kernel_cache() is None:
-        meta["notes"].append(("precompile", "--compile-workers ignored: the kernel cache is off "
-                                            "(NUMBA_NBITS_KERNEL_CACHE=0)"))
+        why = launch._CACHE_STATE.get("refused") or "NUMBA_NBITS_KERNEL_CACHE=0"
+        meta["notes"].append(("precompile", f"--compile-workers ignored: the kernel cache is off ({why})"))
         return
     pc = meta["precompile"] = run_workers(opts.cases, opts.compile_workers, seed=opts.seed, routes=opts.routes,
                                           timeout_s=max(30.0, 0.5 * opts.budget_s))
