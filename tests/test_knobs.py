@@ -97,3 +97,166 @@ def test_l2_prefetch_cuda_core_plan(rng):
     on = gemv_w8.build(w, _problem(w, 1), PF_ON)
     assert on.spec.l2pf and not off.spec.l2pf and on.spec.name == off.spec.name + "_l2pf"
     _ok(_run(on, A, w.N), ref, "float32")
+
+
+# ============================================================= fpA_intB profiler candidates (CPU only)
+
+import numba_nbits as nb  # noqa: E402
+from numba_nbits.dispatch import profiler as prof  # noqa: E402
+from numba_nbits.dispatch.profiler import Candidate, TacticProfiler  # noqa: E402
+from numba_nbits.dispatch.select import select  # noqa: E402
+from numba_nbits.kernels import fpa_intb, gemv_tactics  # noqa: E402
+
+ON = load_config({}, {"ep.cuda.fpa_intb_gemm": "1"})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tactics():
+    prof.clear_shared_cache()
+    yield
+    prof.clear_shared_cache()
+
+
+def P(**kw):
+    base = dict(M=1, N=4096, K=4096, bits=4, block_size=64, dtype="float16")
+    base.update(kw)
+    return Problem(**base)
+
+
+def labels(p, cfg=ON, prepacked=False):
+    return [c.label for c in prof.candidates(p, cfg, prepacked=prepacked)]
+
+
+class Timer:
+    def __init__(self, table, default=1.0):
+        self.table, self.default, self.calls = table, default, []
+
+    def __call__(self, cand, m, make_runner, stream):
+        self.calls.append((cand.label, m))
+        return self.table.get(cand.label, self.default)
+
+
+def _profiler(p, cfg=ON, timer=None):
+    return TacticProfiler(p, cfg, packing_sm=80, prepacked=False,
+                          make_runner=lambda c, m: (lambda: (lambda s: None)), timer=timer)
+
+
+@pytest.mark.parametrize("kw", [dict(N=18944, K=3584, block_size=32), dict(bits=8, block_size=128),
+                                dict(has_bias=True, zero_points="packed"), dict(N=262144, K=4096),
+                                dict(dtype="bfloat16", bits=8, block_size=32)])
+def test_every_bucket_has_the_route_fpa_intb_replaces(kw):
+    off = ON.replace(fpa_intb_gemm=False)
+    for m in prof.DEFAULT_BUCKETS:
+        p = P(M=m, **kw)
+        base = select(p, off).name
+        assert prof.baseline(p, ON).name == base
+        assert any(c.name == base for c in prof.candidates(p, ON, prepacked=False)), (m, base)
+
+
+def test_m16_default_gemv_is_a_candidate_and_wins_when_fastest():
+    # issue 18 item 5: 18944x3584 block 32 M=16, the mixed GEMM 68 us vs the default GEMV 31 us
+    p = P(M=16, N=18944, K=3584, block_size=32)
+    assert select(p, ON.replace(fpa_intb_gemm=False)).name == "gemv_w4"
+    assert "gemv:gemv_w4" in labels(p)
+    timer = Timer({"gemv:gemv_w4": 31e-6}, default=68e-6)
+    t = _profiler(p, timer=timer)
+    assert t.get(16).label == "gemv:gemv_w4" and t.get(12).label == "gemv:gemv_w4"
+    assert ("gemv:gemv_w4", 16) in timer.calls
+    # without the baseline the mixed GEMM would have won the bucket: it was timed too
+    assert {lab for lab, _ in timer.calls} >= {"mixed_gemm:m16", "dequant_cublas"}
+
+
+def test_fpa_plan_runs_the_baseline_gemv(rng):
+    # the profiled choice builds: fpa_intb plan for M = 12 (bucket 16) serves through gemv_w4
+    w, A, ref = _make(rng, 64, 128, 32, "float16", 12)
+    p = _problem(w, 12)
+    t = fpa_intb.make_profiler(w, p, ON, timer=Timer({"gemv:gemv_w4": 1e-6}))
+    plan = fpa_intb.build(w, p, ON, t)
+    assert plan.tactic == "gemv:gemv_w4" and plan.bucket == 16 and plan.kernel.startswith("gemv_mma_w4")
+    _ok(_run(plan, A, w.N), ref, "float16")
+
+
+# =========================================================================== paired-K (M 5..8)
+
+def _pk(mode):
+    return ON.replace(gemv_paired_k=mode)
+
+
+def test_paired_k_candidates_off_on_force():
+    p8 = P(M=8)
+    assert not any("paired_k" in lab for lab in labels(p8, _pk("off")))
+    on = labels(p8, _pk("on"))
+    assert on[on.index("gemv:gemv_w4") + 1] == "gemv:gemv_w4+paired_k" and len(on) == len(labels(p8)) + 1
+    assert labels(p8, _pk("force")) == ["gemv:gemv_w4+paired_k"]
+    assert labels(P(M=5), _pk("force")) == ["gemv:gemv_w4+paired_k"]
+    # outside M 5..8, for bf16 and for 8-bit weights it does not apply: the candidates are unchanged
+    for p in (P(M=4), P(M=9), P(M=16), P(M=8, dtype="bfloat16"), P(M=8, bits=8, block_size=128)):
+        assert labels(p, _pk("force")) == labels(p, _pk("on")) == labels(p)
+    # the choices of different candidate sets are not shared
+    assert len({prof.tactic_key(p8, 80, False, _pk(m)) for m in ("off", "on", "force")}) == 3
+
+
+def test_paired_k_tactic_splits_k_over_a_pair():
+    d = G.default_tactic(4096, 4096, 64, 8)
+    t = gemv_tactics.paired_k_tactic(4096, 4096, 64, 8)
+    assert t.ksplit == 2 and d.ksplit == 1 and (t.tpw, t.warps, t.unroll) == (d.tpw, d.warps, d.unroll)
+
+
+def test_paired_k_force_runs_it_end_to_end(rng):
+    # the simulator times nothing; a single candidate needs no timing, so "force" runs the paired-K kernel
+    N, K, bs, M = 64, 256, 32, 6
+    W = rng.standard_normal((N, K)).astype(np.float16)
+    B, sc, zp = quantize(W, 4, bs, symmetric=True)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    op = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs, environ={},
+                        config={"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.fpa_intb_gemv_paired_k": "force"})
+    assert op.route(M) == "fpa_intb"
+    _ok(op(A), ref, "float16")
+    plan = op._entries[M].plan
+    assert plan.tactic == "gemv:gemv_w4+paired_k" and plan.inner.tactic.ksplit == 2
+    assert "k2" in plan.kernel
+    op_off = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs, environ={},
+                            config={"ep.cuda.fpa_intb_gemm": "1"})
+    op_off(A)
+    assert op_off._entries[M].plan.tactic.startswith("mixed_gemm:")
+
+
+# ========================================================================= wave-aware (M < 16)
+
+def test_wave_aware_candidates_only_when_on():
+    wv = ON.replace(gemv_wave_aware=True)
+    for m in (1, 8, 15):
+        assert not any("+wave" in lab for lab in labels(P(M=m)))
+        got = labels(P(M=m), wv)
+        assert got[got.index("gemv:gemv_w4") + 1] == "gemv:gemv_w4+wave"
+    assert "gemv:gemv_w8+wave" in labels(P(M=2, bits=8, block_size=128, dtype="bfloat16"), wv)
+    assert not any("+wave" in lab for lab in labels(P(M=16), wv))
+    assert not any("+wave" in lab for lab in labels(P(M=4, block_size=256, bits=8), wv))  # no tensor-core GEMV
+
+
+def test_wave_aware_tactic_fills_whole_waves():
+    R, sms = gemv_tactics.WAVE_CTAS_PER_SM[1], 132
+    big = gemv_tactics.wave_tactic(28672, 8192, 128, 1, 4, sms)  # many tile groups: one persistent wave
+    assert big.ring and big.grid == R and big.minb == R and big.ksplit == 1
+    small = gemv_tactics.wave_tactic(1024, 8192, 128, 1, 4, sms)  # 64 tile groups: split-K into one wave
+    assert small.ksplit == min(8, R * sms // 64) == 8 and not small.ring and small.minb == R
+    assert 64 * small.ksplit <= R * sms
+    assert gemv_tactics.wave_tactic(28672, 8192, 128, 12, 4, sms).minb == gemv_tactics.WAVE_CTAS_PER_SM[2]
+
+
+@pytest.mark.parametrize("N,K,bs,M,bits,dtype", [(160, 128, 32, 1, 4, "float16"),  # 10 groups > 1 wave of 8
+                                                 (16, 1024, 64, 3, 4, "bfloat16"),  # 1 group: split-K 2
+                                                 (96, 128, 128, 2, 8, "float16")])
+def test_wave_aware_plan_matches_oracle(rng, N, K, bs, M, bits, dtype):
+    w, A, ref = _make(rng, N, K, bs, dtype, M, bits=bits)
+    p = _problem(w, M)
+    route = f"gemv_w{bits}"
+    plan = fpa_intb.build_candidate(w, p, ON, Candidate("gemv", f"{route}+wave"), 80)
+    tac, mma = plan.tactic, plan.mma
+    R = gemv_tactics.WAVE_CTAS_PER_SM[1]
+    wave = R * G.SIM_SM_COUNT
+    groups = -(-N // (16 * tac.tpw))
+    assert mma.grid == (min(groups, wave) if tac.ring else groups * tac.ksplit) and mma.grid <= wave
+    assert tac != G.default_tactic(N, K, bs, M, bits)
+    _ok(_run(plan, A, N), ref, dtype)

@@ -6,8 +6,10 @@ candidate serves this M's bucket (profiling the bucket on first use, outside cap
 * ``mixed_gemm:<tactic>`` — the tensor-core mixed GEMM with that tile shape, bias fused, over the
   prepacked B (offline-packed ``weight_prepacked`` 1/2 used in place, or the runtime prepack of an
   ONNX-layout B, spec §7.5);
-* ``gemv:<route>`` (M < 16) / ``dequant_cublas`` — an existing route's plan, plus the bias-add kernel
-  when that route does not fuse bias, so to the caller the route always serves bias itself.
+* ``gemv:<route>`` / ``dequant_cublas`` / ``dequant_cublas_chunked`` — an existing route's plan, plus the
+  bias-add kernel when that route does not fuse bias, so to the caller the route always serves bias
+  itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a ``kernels/gemv_tactics.py``
+  tactic (paired-K, wave-aware).
 
 Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
 ``weight_prepacked == 2``, else 80; it picks the prepacked layout (``arch`` of
@@ -17,8 +19,9 @@ is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
 An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
 cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
 
-If a GEMV candidate was chosen for a bucket below M (M above the max profiled M, so the bucket was
-clamped) and the GEMV cannot serve M, the mixed GEMM's ``default_tactic(M)`` serves instead.
+If a GEMV candidate was chosen for a bucket that M falls in but the GEMV (or its tactic variant) cannot
+serve M (``profiler.serves``: e.g. M above the max profiled M, so the bucket was clamped), the mixed
+GEMM's ``default_tactic(M)`` serves instead.
 """
 from __future__ import annotations
 
@@ -73,11 +76,18 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     if cand.kind == "dequant_cublas":
         from . import dequant
 
-        plan, bias = dequant.build(weights, problem, config, route="dequant_cublas"), "add"
+        plan, bias = dequant.build(weights, problem, config, route=cand.name), "add"
     elif cand.kind == "gemv":
-        route = route_named(cand.name)
+        route = route_named(cand.route)
         module = importlib.import_module(f".{route.family}", __package__)
-        plan, bias = module.build(weights, problem, config), route.bias
+        if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv_tactics.py)
+            from . import gemv_tactics
+
+            tac = gemv_tactics.tactic(cand.variant, weights, problem)
+            plan = module.build(weights, problem, config, kernel="mma", tactic=tac)
+        else:
+            plan = module.build(weights, problem, config)
+        bias = route.bias
     else:
         raise ValueError(f"unknown fpA_intB candidate {cand!r}")
     if weights.bias is not None and bias == "add":
@@ -115,11 +125,11 @@ class FpaIntbPlan:
     route = ROUTE
 
     def __init__(self, weights, problem, config, profiler: TacticProfiler, stream: int = 0):
-        from ..dispatch.routes import route_named
+        from ..dispatch.profiler import serves
         from . import mixed_gemm
 
         cand = profiler.get(problem.M, stream)
-        if cand.kind == "gemv" and route_named(cand.name).first_failure(problem, config) is not None:
+        if not serves(cand, problem, config):
             cand = Candidate("mixed_gemm", mixed_gemm.default_tactic(problem.M).name)
         self.M = problem.M
         self.candidate = cand
