@@ -260,3 +260,42 @@ def test_wave_aware_plan_matches_oracle(rng, N, K, bs, M, bits, dtype):
     assert mma.grid == (min(groups, wave) if tac.ring else groups * tac.ksplit) and mma.grid <= wave
     assert tac != G.default_tactic(N, K, bs, M, bits)
     _ok(_run(plan, A, N), ref, dtype)
+
+
+# ============================================================================ fpA_intB M chunking
+
+def test_m_chunk_rows_rule():
+    b = prof.initial_buckets(None)
+    cfg = Config(m_chunk_size=1000)
+    # 18944 x 3584 fp16: cutoff floor(256 MiB / (22528 * 2)) = 5957 -> bucket 4096; Mc 1000 -> bucket 512
+    assert fpa_intb.m_chunk_rows(4096, 18944, 3584, 2, cfg, b) == 0
+    assert fpa_intb.m_chunk_rows(4097, 18944, 3584, 2, cfg, b) == 512
+    assert fpa_intb.m_chunk_rows(600, 18944, 3584, 2, cfg.replace(force_chunked=True), b) == 512
+    assert fpa_intb.m_chunk_rows(512, 18944, 3584, 2, cfg.replace(force_chunked=True), b) == 0  # M <= Mc
+    assert fpa_intb.m_chunk_rows(9000, 18944, 3584, 2, Config(), b) == 0  # Mc 0 = off
+    assert fpa_intb.m_chunk_rows(20000, 18944, 3584, 2, Config(m_chunk_size=9000), b) == 9000  # >= 8192 as is
+    assert fpa_intb.m_chunk_rows(20, 64, 64, 2, Config(m_chunk_size=6, force_chunked=True), (1, 3, 100)) == 4
+    assert fpa_intb.m_chunk_rows(20, 64, 64, 2, Config(m_chunk_size=3, force_chunked=True), (1, 3, 100)) == 3
+
+
+@pytest.mark.parametrize("mc,force,chunks", [(2, True, 3), (3, True, 3), (0, True, 1), (2, False, 1)])
+def test_m_chunked_plan_matches_oracle(rng, mc, force, chunks):
+    N, K, bs, M = 64, 64, 32, 5
+    W = rng.standard_normal((N, K)).astype(np.float16)
+    B, sc, zp = quantize(W, 4, bs, symmetric=True)
+    bias = rng.standard_normal(N).astype(np.float16)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+    ref = matmul_nbits_ref(A, B, sc, zp, bias=bias, K=K, N=N, bits=4, block_size=bs)
+    env = {"ORT_MATMULNBITS_FORCE_CHUNKED": "1"} if force else {}
+    op = nb.MatMulNBits(B, sc, zp, None, bias, K=K, N=N, bits=4, block_size=bs, environ=env,
+                        config={"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.matmul_nbits_m_chunk_size": mc})
+    assert op.route(M) == "fpa_intb"
+    _ok(op(A), ref, "float16")
+    plan = op._entries[M].plan
+    assert len(plan.chunks) == chunks and sum(n for _, n in plan.chunks) == M
+    if chunks > 1:  # Mc = 3 rounds down to bucket 2: rows 0-1, 2-3, 4
+        assert plan.m_chunk_size == 2 and plan.chunks == ((0, 2), (2, 2), (4, 1))
+        assert plan.tactic.endswith(";m_chunks=3x2") and set(plan.plans) == {2, 1}
+        assert sorted(op.fpa_profiler().profiled) == [1, 2]  # each chunk ran its own bucket's tactic
+    else:
+        assert plan.m_chunk_size == 0 and ";m_chunks" not in plan.tactic
