@@ -299,3 +299,69 @@ def test_m_chunked_plan_matches_oracle(rng, mc, force, chunks):
         assert sorted(op.fpa_profiler().profiled) == [1, 2]  # each chunk ran its own bucket's tactic
     else:
         assert plan.m_chunk_size == 0 and ";m_chunks" not in plan.tactic
+
+
+# ============================================================================ GPU (real kernels)
+
+from conftest import requires_gpu  # noqa: E402
+
+
+@requires_gpu
+@pytest.mark.parametrize("N,K,bs,dtype", [(4096, 4096, 32, "float16"), (4096, 4096, 128, "bfloat16"),
+                                          (1032, 8192, 64, "float16"), (4096, 4096, 128, "float32")])
+def test_gpu_l2_prefetch(rng, N, K, bs, dtype):
+    w, A, ref = _make(rng, N, K, bs, dtype, 1, bits=8)
+    p = _problem(w, 1, sm=90)
+    plan = gemv_w8.build(w, p, PF_ON)
+    assert plan.kernel.endswith("_l2pf")
+    _ok(_run(plan, A, N), ref, dtype)
+    for tag in ("t1w8u1p1b4r3g4", "t2w8u1p1s3"):  # ring and 3-stage kernels with the prefetch
+        if dtype != "float32":
+            _ok(_run(gemv_w8.build(w, p, PF_ON, tactic=G.Tactic.parse(tag)), A, N), ref, dtype)
+
+
+@requires_gpu
+@pytest.mark.parametrize("N,K,bs,M", [(4096, 4096, 32, 5), (4096, 4096, 128, 8), (14336, 4096, 64, 6)])
+def test_gpu_paired_k(rng, N, K, bs, M):
+    w, A, ref = _make(rng, N, K, bs, "float16", M, zp_kind="packed")
+    plan = fpa_intb.build_candidate(w, _problem(w, M), ON, Candidate("gemv", "gemv_w4+paired_k"), 80)
+    assert plan.tactic.ksplit == 2
+    _ok(_run(plan, A, N), ref, "float16")
+    _ok(_run(plan, A, N), ref, "float16")  # the split-K counters reset for the next launch
+
+
+@requires_gpu
+@pytest.mark.parametrize("N,K,bs,M,bits,dtype", [(8192, 4096, 32, 1, 4, "float16"),  # ring, one persistent wave
+                                                 (4096, 4096, 128, 4, 4, "bfloat16"),  # split-K 2
+                                                 (1024, 8192, 64, 1, 4, "float16"),  # split-K 8
+                                                 (8192, 4096, 128, 12, 4, "float16"),  # two m-tiles
+                                                 (8192, 4096, 128, 1, 8, "bfloat16"), (8192, 4096, 64, 3, 2, "float16")])
+def test_gpu_wave_aware(rng, N, K, bs, M, bits, dtype):
+    w, A, ref = _make(rng, N, K, bs, dtype, M, bits=bits)
+    plan = fpa_intb.build_candidate(w, _problem(w, M), ON, Candidate("gemv", f"gemv_w{bits}+wave"), 80)
+    mma, tac = plan.mma, plan.tactic
+    MT = 1 if M <= 8 else 2
+    R = gemv_tactics.WAVE_CTAS_PER_SM[MT]
+    sms = G._sm_count(False)
+    assert mma.grid <= R * sms
+    _ok(_run(plan, A, N), ref, dtype)
+    # the launch bounds give at least R resident CTAs (what the grid assumes); report the real number
+    smem = (2 if tac.ring else 1) * tac.warps * 128 * MT * 4
+    resident = gc.resident_blocks(mma._kernel, 32 * tac.warps, smem)
+    print(f"{mma.kernel}: grid {mma.grid}, resident CTAs/SM {resident}, assumed {R}")
+    assert resident >= R
+
+
+@requires_gpu
+def test_gpu_m_chunked(rng):
+    N, K, bs, M = 4096, 4096, 64, 100
+    W = rng.standard_normal((N, K)).astype(np.float16)
+    B, sc, zp = quantize(W, 4, bs, symmetric=True)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    op = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs,
+                        environ={"ORT_MATMULNBITS_FORCE_CHUNKED": "1"},
+                        config={"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.matmul_nbits_m_chunk_size": 40})
+    _ok(op(A), ref, "float16")
+    plan = op._entries[M].plan
+    assert plan.chunks == ((0, 32), (32, 32), (64, 32), (96, 4))

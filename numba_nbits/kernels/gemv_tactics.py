@@ -13,7 +13,8 @@ generators) that a GEMV route (``gemv_w4`` / ``gemv_w8`` / ``gemv_w2``) builds i
   a candidate of the buckets 5..8, ``"force"`` makes it the only candidate there.
 * ``wave`` (``ep.cuda.fpa_intb_gemv_wave_aware = 1``): any M < 16 the tensor-core GEMV serves. The grid
   is sized to whole waves of the device: launch bounds ``minb = R`` (``WAVE_CTAS_PER_SM``: 4 CTAs of 8
-  warps per SM with one m-tile, 2 with two) guarantee ``R`` resident CTAs per SM, and
+  warps per SM with one m-tile, 2 with two; one 16-row tile per CTA's item, ring depth 3, 2 for 8-bit)
+  guarantee ``R`` resident CTAs per SM (by registers; shared memory and threads allow them too), and
 
   - with at least half a wave of tile groups (``2 * groups > R * SMs``): the ring kernel with a
     persistent grid of ``min(groups, R * SMs)`` CTAs striding over the tile groups (one wave, no
@@ -56,15 +57,14 @@ def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4) -> G
 
 def wave_tactic(N: int, K: int, block_size: int, M: int, bits: int, sm_count: int) -> G.Tactic:
     """The wave-aware tactic for ``sm_count`` SMs (module docstring)."""
-    d = G.default_tactic(N, K, block_size, M, bits)
     R = WAVE_CTAS_PER_SM[1 if M <= 8 else 2]
     wave = R * sm_count
-    groups = -(-N // (G.TILE_N * d.tpw))
+    groups = -(-N // G.TILE_N)  # one 16-row tile per warp: the register budget of minb = R
     n_super = -(-K // max(G.KS_MIN[bits], block_size))
     k = min(8, wave // groups, -(-n_super // WAVE_WARPS))
     if 2 * groups > wave or k < 2:
-        return G.Tactic(tpw=d.tpw, warps=WAVE_WARPS, unroll=1, pf=1, minb=R, ring=2 if bits == 8 else 3, grid=R)
-    return G.Tactic(tpw=d.tpw, warps=WAVE_WARPS, unroll=1, pf=1, ksplit=k, minb=R)
+        return G.Tactic(tpw=1, warps=WAVE_WARPS, unroll=1, pf=1, minb=R, ring=2 if bits == 8 else 3, grid=R)
+    return G.Tactic(tpw=1, warps=WAVE_WARPS, unroll=1, pf=1, ksplit=k, minb=R)
 
 
 def tactic(variant: str, weights, problem) -> G.Tactic:
