@@ -270,26 +270,31 @@ _KNOBS: tuple[_Knob, ...] = (
         _parse_m_chunk_size, "int", "0 (off)",
         'int >= 0; config wins over env; invalid ("-1", "abc") = '
         'error "Invalid MatMulNBits M chunk size"',
-        "fpA_intB M chunking: split M into chunks of this size when M is large",
+        "fpA_intB M chunking: run M in row chunks of this size (below 8192 rounded down to a bucket) "
+        "when M > it and M > floor(256 MiB / ((N + K) * sizeof(T))) (that gate off with "
+        "ORT_MATMULNBITS_FORCE_CHUNKED); each chunk uses its own bucket's tactic",
     ),
     _Knob(
         "gemv_paired_k", ENV_GEMV_PAIRED_K, KEY_GEMV_PAIRED_K, "config",
         _parse_paired_k, "bool", "off",
         '"0"/"off" = off, "1" = on (extra candidate), "force" = only that tactic; '
         "anything else is an error; config wins over env",
-        "paired-K fp16 int4 GEMV tactic for M 5..8",
+        "paired-K fp16 int4 GEMV tactic for M 5..8 (K split over a pair of CTAs, fp32 sums): "
+        "a profiler candidate of those buckets, or with force their only one",
     ),
     _Knob(
         "gemv_wave_aware", None, KEY_GEMV_WAVE_AWARE, "config",
         _parse_wave_aware, "bool", "0",
         'only "0" or "1"; anything else = error "Invalid MatMulNBits wave-aware GEMV option"',
-        "wave-aware fpA_intB GEMV",
+        "wave-aware fpA_intB GEMV: adds a profiler candidate for M < 16 whose grid fills whole waves "
+        "(persistent one-wave grid, or split-K into one wave)",
     ),
     _Knob(
         "l2_prefetch", ENV_L2_PREFETCH, None, "config",
         _parse_bool, "bool", "false",
         "bool",
-        "L2 prefetch in the 8-bit M=1 GEMV (device-gated)",
+        "L2 prefetch in the 8-bit M=1 GEMV (sm >= 80): its kernels prefetch the weights two "
+        "iterations ahead into L2",
     ),
     _Knob(
         "tactic_cache_dir", ENV_TACTIC_CACHE_DIR, KEY_TACTIC_CACHE_DIR, "config",

@@ -15,9 +15,19 @@ Candidates (``candidates``)
 * every ``kernels.mixed_gemm.TACTICS`` tile shape, when ``mixed_gemm.supports`` the problem;
 * for B in ONNX layout (``weight_prepacked == 0``) only: the fused GEMV routes (router / 4-, 8-,
   2-bit GEMV, CUDA-core or tensor-core) when ``m < 16`` and that route's own guards accept the problem
-  at ``M = m`` (ORT's ``checkTactic``), and ``dequant_cublas`` (dequantize + cuBLAS), so the route is
-  never slower than the fallback it replaces. Prepacked B is not in ONNX layout: only the mixed GEMM
-  reads it.
+  at ``M = m`` (ORT's ``checkTactic``), and ``dequant_cublas`` (dequantize + cuBLAS);
+* and, also for ONNX-layout B, **the route dispatch would pick for ``M = m`` without fpA_intB**
+  (``baseline``: ``select`` with ``fpa_intb_gemm`` off), so enabling the route never makes a call
+  slower than leaving it off. A deliberate difference from ORT: at ``m = 16`` this adds the 4-bit GEMV
+  (its route serves M <= 16) although ``checkTactic`` keeps GEMV tactics to ``m < 16`` (ORT measured
+  its mixed GEMM at 2.2x the GEMV's time there, 18944x3584 block 32), and the N-chunked dequantize +
+  cuBLAS (``dequant_cublas_chunked``) where that is the default route;
+* the knob-gated GEMV tactics of ``kernels/gemv_tactics.py`` (candidate ``gemv:<route>+<variant>``):
+  ``gemv_paired_k`` ``"on"`` adds ``+paired_k`` for each GEMV route that can run it at ``m`` in 5..8
+  (fp16, 4-bit), and ``"force"`` makes it the only candidate of those buckets (chosen without timing:
+  nothing to compare); ``gemv_wave_aware`` adds ``+wave`` next to each tensor-core GEMV route at ``m < 16``.
+
+Prepacked B is not in ONNX layout: only the mixed GEMM reads it.
 
 Profiling (``TacticProfiler.profile``)
 --------------------------------------
@@ -28,8 +38,8 @@ fastest wins. The timer is injectable (``TacticProfiler(..., timer=)`` or ``defa
 buffers and returns ``run(stream)``. A candidate whose build or timing raises is skipped; with none
 left the call fails with ORT's text "No valid fpA_intB MatMulNBits tactic for M=…, N=…, K=…".
 
-Under numba's CUDA simulator nothing can be timed, so ``default_timer()`` is ``None`` and the choice
-is deterministic: ``mixed_gemm.default_tactic(bucket)`` (the simulator therefore always tests the mixed
+A bucket with one candidate takes it untimed. Under numba's CUDA simulator nothing can be timed, so
+``default_timer()`` is ``None`` and the choice is deterministic: ``mixed_gemm.default_tactic(bucket)`` (the simulator therefore always tests the mixed
 GEMM kernel on this route). Kernels contain no simulator branch; only this choice differs.
 
 Capture
@@ -42,7 +52,9 @@ Sharing and the persistent cache
 --------------------------------
 Choices are kept process-wide per key (ORT's GEMM id plus the TSV key of §7.6: ``n_16b`` =
 ``N / (bits == 8 ? 2 : 4)``, K, dtype, weight type, bits, block size, zero points, GEMV-candidate flag,
-packing SM), so layers of one shape profile once. When ``ORT_CUDA_GEMM_TACTIC_CACHE_DIR`` /
+packing SM), so layers of one shape profile once. The GEMV flag is ORT's 0/1 plus the knob-gated
+tactics' bits (2: paired-K on, 4: paired-K force, 8: wave-aware), so a node never reuses a choice made
+from another candidate set. When ``ORT_CUDA_GEMM_TACTIC_CACHE_DIR`` /
 ``ep.cuda.gemm_tactic_cache_dir`` is set, choices are also read from and written to
 ``<dir>/<prefix>.matmulnbits_fpa_intb.tsv`` (prefix from ``..._PREFIX`` / ``ep.cuda.gemm_tactic_cache_prefix``,
 else ``ep.cuda.gemm_tactic_cache_tuning_results_prefix``, else ``numba_nbits``); the file is rewritten
@@ -67,10 +79,14 @@ GEMV_ROUTES = ("router_gemv", "gemv_w4", "gemv_w8", "gemv_w2")
 TSV_SUFFIX = ".matmulnbits_fpa_intb.tsv"
 
 
+DEQUANT_ROUTES = ("dequant_cublas", "dequant_cublas_chunked")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One way to serve the route: ``kind`` "mixed_gemm" (``name`` a TACTICS key), "gemv" (``name``
-    a GEMV route) or "dequant_cublas"."""
+    a GEMV route, optionally ``+variant`` of ``kernels/gemv_tactics.py``) or "dequant_cublas" (``name``
+    "dequant_cublas" or "dequant_cublas_chunked")."""
 
     kind: str
     name: str
@@ -79,10 +95,19 @@ class Candidate:
     def label(self) -> str:
         return self.name if self.kind == "dequant_cublas" else f"{self.kind}:{self.name}"
 
+    @property
+    def route(self) -> str:
+        """The dispatch route this candidate runs (``name`` without a tactic variant)."""
+        return self.name.partition("+")[0]
+
+    @property
+    def variant(self) -> str:
+        return self.name.partition("+")[2]
+
     @staticmethod
     def parse(label: str) -> "Candidate":
-        if label == "dequant_cublas":
-            return Candidate("dequant_cublas", "dequant_cublas")
+        if label in DEQUANT_ROUTES:
+            return Candidate("dequant_cublas", label)
         kind, sep, name = label.partition(":")
         if not sep or kind not in ("mixed_gemm", "gemv") or not name:
             raise ValueError(f"bad fpA_intB tactic label {label!r}")
@@ -103,20 +128,62 @@ def initial_buckets(profile_m: Optional[tuple]) -> tuple[int, ...]:
     return tuple(sorted(vals))
 
 
+def baseline(problem: Problem, config) -> Candidate:
+    """The route ``select`` picks for ``problem`` (ONNX-layout B) with fpA_intB turned off, as a candidate."""
+    from .select import select
+
+    d = select(replace(problem, weight_prepacked=0), config.replace(fpa_intb_gemm=False, force_route=None))
+    return Candidate("dequant_cublas" if d.name in DEQUANT_ROUTES else "gemv", d.name)
+
+
+def serves(cand: Candidate, problem: Problem, config) -> bool:
+    """Whether ``cand`` (chosen for a bucket) can run ``problem`` (its own M): its route's guards, and
+    its tactic variant's conditions."""
+    from ..kernels import gemv_tactics
+    from .routes import route_named
+
+    if cand.kind == "mixed_gemm":
+        return True
+    if route_named(cand.route).first_failure(problem, config) is not None:
+        return False
+    return not cand.variant or gemv_tactics.applies(cand.variant, problem)
+
+
+def gemv_flag(config, prepacked: bool) -> int:
+    """The TSV key's GEMV flag: ORT's ``int(not prepacked)`` plus the knob-gated tactic bits."""
+    if prepacked:
+        return 0
+    pk = getattr(config, "gemv_paired_k", "off")
+    return 1 | (2 if pk == "on" else 4 if pk == "force" else 0) | (8 if getattr(config, "gemv_wave_aware", False) else 0)
+
+
 def candidates(problem: Problem, config, prepacked: bool) -> list[Candidate]:
     """The candidates for ``problem`` (its ``M`` is the bucket being profiled), in a fixed order."""
-    from ..kernels import mixed_gemm
+    from ..kernels import gemv_tactics, mixed_gemm
     from .routes import route_named
 
     out = []
     if mixed_gemm.supports(problem):
         out += [Candidate("mixed_gemm", name) for name in mixed_gemm.TACTICS]
     if not prepacked:
+        gemv_ok = [name for name in GEMV_ROUTES if route_named(name).first_failure(problem, config) is None]
+        paired_k = [Candidate("gemv", f"{name}+{gemv_tactics.PAIRED_K}") for name in gemv_ok
+                    if name != "router_gemv" and gemv_tactics.applies(gemv_tactics.PAIRED_K, problem)]
+        if config.gemv_paired_k == "force" and paired_k:
+            return paired_k
         if problem.M < GEMV_MAX_M:
-            for name in GEMV_ROUTES:
-                if route_named(name).first_failure(problem, config) is None:
-                    out.append(Candidate("gemv", name))
+            for name in gemv_ok:
+                out.append(Candidate("gemv", name))
+                if name == "router_gemv":
+                    continue
+                if config.gemv_paired_k == "on":
+                    out += [c for c in paired_k if c.route == name]
+                if config.gemv_wave_aware and gemv_tactics.applies(gemv_tactics.WAVE, problem):
+                    out.append(Candidate("gemv", f"{name}+{gemv_tactics.WAVE}"))
         out.append(Candidate("dequant_cublas", "dequant_cublas"))
+        base = baseline(problem, config)
+        if base not in out:
+            out.append(base)
     return out
 
 
@@ -169,12 +236,13 @@ def clear_shared_cache() -> None:
         _TSV_LOADED.clear()
 
 
-def tactic_key(problem: Problem, packing_sm: int, prepacked: bool) -> tuple:
+def tactic_key(problem: Problem, packing_sm: int, prepacked: bool, config=None) -> tuple:
     """ORT's TSV key (spec §7.6): n_16b, K, dtype, weight type, bits, block size, zp, gemv flag, packing SM."""
     p = problem
     n_16b = p.N // (2 if p.bits == 8 else 4)
     wtype = f"int{p.bits}_groupwise"
-    return (n_16b, p.K, p.dtype, wtype, p.bits, p.block_size, p.zero_points, int(not prepacked), packing_sm)
+    return (n_16b, p.K, p.dtype, wtype, p.bits, p.block_size, p.zero_points, gemv_flag(config, prepacked),
+            packing_sm)
 
 
 def tsv_path(config) -> Optional[str]:
@@ -246,7 +314,7 @@ class TacticProfiler:
         self.buckets = initial_buckets(getattr(config, "fpa_intb_profile_m", None))
         self.max_m = self.buckets[-1]
         self._listed = frozenset(self.buckets)
-        self.key = tactic_key(self.problem, packing_sm, prepacked)
+        self.key = tactic_key(self.problem, packing_sm, prepacked, config)
         self.timings: dict[int, dict[str, float]] = {}  # bucket -> label -> seconds (inf: failed)
         self.errors: dict[int, dict[str, str]] = {}  # bucket -> label -> why it failed
         self._tsv = tsv_path(config)
@@ -295,13 +363,16 @@ class TacticProfiler:
             if done is not None:
                 return done
             timer = self.timer if self.timer is not None else default_timer()
-            if timer is None:  # simulator: nothing to time (module docstring)
+            cands = candidates(replace(self.problem, M=m), self.config, self.prepacked)
+            if len(cands) == 1:  # nothing to compare (paired-K "force")
+                best = cands[0]
+            elif timer is None:  # simulator: nothing to time (module docstring)
                 from ..kernels import mixed_gemm
 
                 best = Candidate("mixed_gemm", mixed_gemm.default_tactic(m).name)
             else:
                 times: dict[str, float] = {}
-                for cand in candidates(replace(self.problem, M=m), self.config, self.prepacked):
+                for cand in cands:
                     try:
                         t = float(timer(cand, m, self.make_runner(cand, m), stream))
                     except launch.CaptureError:

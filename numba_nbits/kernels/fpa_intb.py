@@ -6,8 +6,10 @@ candidate serves this M's bucket (profiling the bucket on first use, outside cap
 * ``mixed_gemm:<tactic>`` — the tensor-core mixed GEMM with that tile shape, bias fused, over the
   prepacked B (offline-packed ``weight_prepacked`` 1/2 used in place, or the runtime prepack of an
   ONNX-layout B, spec §7.5);
-* ``gemv:<route>`` (M < 16) / ``dequant_cublas`` — an existing route's plan, plus the bias-add kernel
-  when that route does not fuse bias, so to the caller the route always serves bias itself.
+* ``gemv:<route>`` / ``dequant_cublas`` / ``dequant_cublas_chunked`` — an existing route's plan, plus the
+  bias-add kernel when that route does not fuse bias, so to the caller the route always serves bias
+  itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a ``kernels/gemv_tactics.py``
+  tactic (paired-K, wave-aware).
 
 Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
 ``weight_prepacked == 2``, else 80; it picks the prepacked layout (``arch`` of
@@ -17,8 +19,14 @@ is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
 An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
 cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
 
-If a GEMV candidate was chosen for a bucket below M (M above the max profiled M, so the bucket was
-clamped) and the GEMV cannot serve M, the mixed GEMM's ``default_tactic(M)`` serves instead.
+M chunking (spec §7.7, ``ep.cuda.matmul_nbits_m_chunk_size`` / ``ORT_MATMULNBITS_M_CHUNK_SIZE``):
+``build`` splits a call into ``ceil(M / Mc)`` row chunks when ``m_chunk_rows`` says so (Mc > 0, M > Mc
+and M above the 256 MiB cutoff, or ``ORT_MATMULNBITS_FORCE_CHUNKED``); each chunk runs the plan of its
+own row count on row slices of A and Y (``ChunkedFpaIntbPlan``).
+
+If a GEMV candidate was chosen for a bucket that M falls in but the GEMV (or its tactic variant) cannot
+serve M (``profiler.serves``: e.g. M above the max profiled M, so the bucket was clamped), the mixed
+GEMM's ``default_tactic(M)`` serves instead.
 """
 from __future__ import annotations
 
@@ -73,11 +81,18 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     if cand.kind == "dequant_cublas":
         from . import dequant
 
-        plan, bias = dequant.build(weights, problem, config, route="dequant_cublas"), "add"
+        plan, bias = dequant.build(weights, problem, config, route=cand.name), "add"
     elif cand.kind == "gemv":
-        route = route_named(cand.name)
+        route = route_named(cand.route)
         module = importlib.import_module(f".{route.family}", __package__)
-        plan, bias = module.build(weights, problem, config), route.bias
+        if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv_tactics.py)
+            from . import gemv_tactics
+
+            tac = gemv_tactics.tactic(cand.variant, weights, problem)
+            plan = module.build(weights, problem, config, kernel="mma", tactic=tac)
+        else:
+            plan = module.build(weights, problem, config)
+        bias = route.bias
     else:
         raise ValueError(f"unknown fpA_intB candidate {cand!r}")
     if weights.bias is not None and bias == "add":
@@ -107,19 +122,51 @@ def make_profiler(weights, problem, config, timer=None) -> TacticProfiler:
                           make_runner=make_runner, timer=timer)
 
 
+#: the size gate of M chunking (spec §7.7): chunk only when M > 256 MiB / ((N + K) * sizeof(T)) rows
+M_CHUNK_GATE_BYTES = 256 * 1024 * 1024
+#: row counts from this one up are used as they are (below it they round down to a bucket)
+M_CHUNK_BUCKET_CAP = 8192
+
+
+def floor_bucket(rows: int, buckets) -> int:
+    """``rows`` rounded down to a profile bucket (spec §7.7) when below 8192: the largest of the node's
+    buckets and the powers of two below 8192 that is <= rows (at least 1); else ``rows``."""
+    if rows >= M_CHUNK_BUCKET_CAP:
+        return rows
+    cands = [b for b in set(buckets) | {1 << i for i in range(13)} if b <= rows]
+    return max(cands) if cands else 1
+
+
+def m_chunk_rows(M: int, N: int, K: int, itemsize: int, config, buckets) -> int:
+    """Rows per M chunk of an fpa_intb call (spec §7.7), 0 for one call: ``m_chunk_size`` Mc > 0 (rounded
+    down to a bucket below 8192), ``M > Mc``, and ``M`` above the cutoff ``floor(256 MiB / ((N + K) *
+    sizeof(T)))`` (rounded down to a bucket below 8192) unless ``ORT_MATMULNBITS_FORCE_CHUNKED``."""
+    mc = int(getattr(config, "m_chunk_size", 0) or 0)
+    if mc <= 0:
+        return 0
+    mc = floor_bucket(mc, buckets)
+    cutoff = floor_bucket(max(1, M_CHUNK_GATE_BYTES // ((N + K) * itemsize)), buckets)
+    if M > mc and (getattr(config, "force_chunked", False) or M > cutoff):
+        return mc
+    return 0
+
+
 class FpaIntbPlan:
-    """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring).
+    """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring),
+    or, with M chunking (``m_chunk_rows`` > 0), ``ChunkedFpaIntbPlan``.
 
     ``packing_sm``, ``weight_format``, ``kernel`` and ``tactic`` feed the ``ORT_FPA_INTB_DEBUG`` line."""
 
     route = ROUTE
 
     def __init__(self, weights, problem, config, profiler: TacticProfiler, stream: int = 0):
-        from ..dispatch.routes import route_named
+        from ..dispatch.profiler import serves
         from . import mixed_gemm
 
+        self.m_chunk_size = 0  # not chunked: one chunk of all M rows
+        self.chunks = ((0, problem.M),)
         cand = profiler.get(problem.M, stream)
-        if cand.kind == "gemv" and route_named(cand.name).first_failure(problem, config) is not None:
+        if not serves(cand, problem, config):
             cand = Candidate("mixed_gemm", mixed_gemm.default_tactic(problem.M).name)
         self.M = problem.M
         self.candidate = cand
@@ -161,5 +208,43 @@ class FpaIntbPlan:
         return self._unaligned
 
 
-def build(weights, problem, config, profiler: TacticProfiler, stream: int = 0) -> FpaIntbPlan:
+class ChunkedFpaIntbPlan:
+    """M chunking (spec §7.7): ``ceil(M / Mc)`` row slices of A and Y, each run by the ``FpaIntbPlan`` of
+    its own row count (so the tactic of its own bucket: one plan for the full chunks, one for the rest).
+    ``run`` only offsets pointers (no allocation, no sync: graph-capturable once built). ``chunks``,
+    ``m_chunk_size`` and the ``tactic`` / ``kernel`` text (``...;m_chunks=<n>x<Mc>``) show the split."""
+
+    route = ROUTE
+
+    def __init__(self, weights, problem, config, profiler: TacticProfiler, rows: int, stream: int = 0):
+        M = problem.M
+        self.M = M
+        self.m_chunk_size = rows
+        self.chunks = tuple((r0, min(rows, M - r0)) for r0 in range(0, M, rows))
+        self.plans = {}
+        for _, n in self.chunks:
+            if n not in self.plans:
+                self.plans[n] = FpaIntbPlan(weights, replace(problem, M=n), config, profiler, stream)
+        first = self.plans[rows]
+        self.candidate, self.bucket = first.candidate, first.bucket
+        self.packing_sm, self.weight_format = first.packing_sm, first.weight_format
+        tail = ",".join(p.tactic for n, p in self.plans.items() if n != rows)
+        self.tactic = f"{first.tactic}{',' + tail if tail else ''};m_chunks={len(self.chunks)}x{rows}"
+        self.kernel = f"{first.kernel};m_chunks={len(self.chunks)}x{rows}"
+        self._row_bytes = (weights.K * weights.np_dtype.itemsize, weights.N * weights.np_dtype.itemsize)
+
+    def run(self, a, out, stream: int = 0) -> None:
+        if not (a.c_contiguous and out.c_contiguous):
+            raise ValueError("fpa_intb M chunking needs C-contiguous A and Y")
+        ka, ny = self._row_bytes
+        K, N = a.shape[-1], out.shape[-1]
+        for r0, n in self.chunks:
+            self.plans[n].run(a.offset(r0 * ka, (n, K)), out.offset(r0 * ny, (n, N)), stream)
+
+
+def build(weights, problem, config, profiler: TacticProfiler, stream: int = 0):
+    """The route's plan for ``problem``: chunked along M when ``m_chunk_rows`` says so (spec §7.7)."""
+    rows = m_chunk_rows(problem.M, weights.N, weights.K, weights.np_dtype.itemsize, config, profiler.buckets)
+    if rows:
+        return ChunkedFpaIntbPlan(weights, problem, config, profiler, rows, stream)
     return FpaIntbPlan(weights, problem, config, profiler, stream)

@@ -71,7 +71,7 @@ from numba import cuda
 
 from ..launch import Kernel
 from .dtypes import LOADS, STORES, array_type
-from .intrinsics import ldg_v4, u32_as_f32
+from .intrinsics import ldg_v4, prefetch_l2, u32_as_f32
 
 #: Shared memory (bytes) a block may use for staged A. 48 KiB needs no opt-in and leaves room for
 #: 4 such blocks per H200 SM (228 KiB); A of K = 11,264 (M tile 1) fits in one tile.
@@ -81,6 +81,8 @@ SMEM_BUDGET = 48 * 1024
 MIN_BLOCKS = 132
 #: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
 MAGIC = 8388608.0
+#: ``Spec.l2pf`` kernels prefetch into L2 the B chunk a lane loads this many iterations later (untuned)
+L2PF_AHEAD = 2
 FULL_MASK = 0xFFFFFFFF
 
 
@@ -99,6 +101,7 @@ class Spec:
     warps: int  # warps per block
     direct_a: bool = False  # read A from global (router) instead of staged shared memory
     bias: bool = False  # add bias[n] before the store
+    l2pf: bool = False  # prefetch_l2 the B chunks L2PF_AHEAD iterations ahead (16-byte chunks only)
 
     @property
     def codes_per_word(self) -> int:
@@ -123,7 +126,8 @@ class Spec:
     @property
     def name(self) -> str:
         return (f"gemv_w{self.bits}_{self.act}_g{self.block_size}_{self.zp_kind}_c{self.chunk_bytes}_m{self.mt}"
-                f"_r{self.r}u{self.u}w{self.warps}{'_direct' if self.direct_a else ''}{'_bias' if self.bias else ''}")
+                f"_r{self.r}u{self.u}w{self.warps}{'_direct' if self.direct_a else ''}{'_bias' if self.bias else ''}"
+                f"{'_l2pf' if self.l2pf else ''}")
 
 
 def _shift_of(bits: int) -> int:
@@ -232,6 +236,9 @@ def generate_source(s: Spec) -> str:
             base = f"row{r} * row_chunks + cg{u}"
             if W == 4:
                 emit(lv, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
+                if s.l2pf:  # the chunk this lane loads L2PF_AHEAD iterations later, if in the row
+                    emit(lv, f"if cg{u} + {32 * U * L2PF_AHEAD} < row_chunks:")
+                    emit(lv + 1, f"prefetch_l2(bw, {base} + {32 * U * L2PF_AHEAD})")
             else:
                 emit(lv, f"bi{r}_{u} = ({base}) * {W}")
                 for i in range(W):
@@ -355,7 +362,7 @@ def kernel_namespace(s: Spec) -> dict:
     bits = s.bits
     mask = (1 << bits) - 1
     zp = 1 << (bits - 1)
-    ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4,
+    ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4, "prefetch_l2": prefetch_l2,
           "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(bits), "min": min,
           "F0": np.float32(0.0), "MAGF": np.float32(MAGIC), "MAGICU": np.uint32(0x4B000000),
           "SHU": np.uint32(_shift_of(bits)), "ZMASK": np.uint32(mask)}
@@ -463,7 +470,7 @@ class GemvPlan:
 
 def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
                direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None,
-               grid_cap: int | None = None, tile_cap: int | None = None) -> GemvPlan:
+               grid_cap: int | None = None, tile_cap: int | None = None, l2pf: bool = False) -> GemvPlan:
     """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this).
 
     ``grid_cap`` / ``tile_cap`` (tests only) force the persistent row-group loop and K tiling on
@@ -477,7 +484,8 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
     row_chunks = row_bytes // cb
     r = choose_rows_per_warp(N, warps, r_max)
     spec = Spec(act=w.dtype, bits=w.bits, block_size=w.block_size, zp_kind=w.zp_kind, chunk_bytes=cb, mt=mt, r=r,
-                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias)
+                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias,
+                l2pf=l2pf and cb == 16)
     kern = kernel_for(spec)
     if direct_a:
         tile = row_chunks

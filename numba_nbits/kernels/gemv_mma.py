@@ -657,8 +657,9 @@ def _emit_block_mma(e, ind: int, *, i: int, bb: int, MT: int, SPB: int, SG: int,
         e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
 
 
-def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> str:
-    """Python source of the kernel for one specialisation (see module docstring and ``Tactic``)."""
+def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
+    """Python source of the kernel for one specialisation (see module docstring and ``Tactic``);
+    ``l2pf``: also ``prefetch_l2`` the weights ``L2PF_AHEAD`` stages beyond each loaded one."""
     TPW, W, U = tac.tpw, tac.warps, tac.unroll
     PF, KSP, S = tac.pf, tac.ksplit, tac.stages
     WS = W * KSP  # warps that share one tile group's K loop (split-K stride)
@@ -758,6 +759,8 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4)
                             for bb in range(BPS):
                                 e(indent + 1, f"{p}zp_{u}_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * BPS} + g * {2 * BPS} + {h * BPS + bb}])")
                                 zeros.append((f"zp_{u}_{i}_{h}_{bb}", "np.uint32(0)"))
+            if l2pf:
+                _emit_l2_prefetch(e, indent + 1, TPW, NV, f"scl + {L2PF_AHEAD * WS * U}")
             if PF >= 2:
                 load_act(indent + 1, f"{p}ac_{u}", f"scl * {KS}")
                 zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(MT) for G in range(NG)
@@ -879,6 +882,20 @@ def _gen_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4)
     return "\n".join(L) + "\n"
 
 
+#: ``l2pf`` kernels prefetch into L2 the weights this many pipeline stages (ring: items per warp) past the
+#: ones being loaded (an untuned first choice; sweep it on the H200)
+L2PF_AHEAD = 2
+
+
+def _emit_l2_prefetch(e, ind: int, TPW: int, NV: int, ahead: str) -> None:
+    """``prefetch_l2`` of the lane's 16-byte weight vectors of super-chunk ``ahead`` (guarded: in range)."""
+    e(ind, f"pfs = {ahead}")
+    e(ind, "if pfs < n_super:")
+    for i in range(TPW):
+        for j in range(NV):
+            e(ind + 1, f"prefetch_l2(bq, (((tile0 + {i}) * n_super + pfs) * {NV} + {j}) * 32 + lane)")
+
+
 def _scale_bits_expr(act: str, wd: str, hi: int) -> str:
     """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``)."""
     if act == "bfloat16":
@@ -888,7 +905,7 @@ def _scale_bits_expr(act: str, wd: str, hi: int) -> str:
     return f"u32_as_f32({bits}) * F112"
 
 
-def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> str:
+def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
     """The ring kernel (``tac.ring = D`` >= 2; see "Ring kernel" in the module docstring).
 
     Each warp walks a flat list of work items (tile group, super-chunk): the CTA's tile groups
@@ -987,6 +1004,8 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int
                     for bb in range(BPS):
                         e(ind + 1, f"{p}zp_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * BPS} + g * {2 * BPS} + {h * BPS + bb}])")
                         zeros.append((f"zp_{i}_{h}_{bb}", "np.uint32(0)"))
+        if l2pf:
+            _emit_l2_prefetch(e, ind + 1, TPW, NV, f"scl + {L2PF_AHEAD * W}")
         e(ind, "else:")
         for suf, z in zeros:
             e(ind + 1, f"{p}{suf} = {z}")
@@ -1071,21 +1090,24 @@ def _gen_ring_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int
 
 
 @lru_cache(maxsize=None)
-def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4) -> Kernel:
-    """The compiled-on-demand kernel for one specialisation."""
+def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> Kernel:
+    """The compiled-on-demand kernel for one specialisation (``l2pf``: the L2-prefetching variant, name
+    suffix ``_l2pf``)."""
     from numba.cuda import types
 
-    src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP, bits)
+    src = (_gen_ring_source if tac.ring else _gen_source)(act, MT, tac, BS, ZP, bits, l2pf)
     ns = {
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
+        "prefetch_l2": _I.prefetch_l2,
     }
-    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}"
+    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_l2pf" if l2pf else "")
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["gemv_mma"]
     fn.__name__ = name
+    fn.__source__ = src
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
                 array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
@@ -1112,14 +1134,15 @@ class GemvMmaPlan:
 
     route = ROUTE
 
-    def __init__(self, weights, M: int, tactic: Tactic, packed: Packed | None = None):
+    def __init__(self, weights, M: int, tactic: Tactic, packed: Packed | None = None, l2pf: bool = False):
         self.M, self.N, self.K = M, weights.N, weights.K
         self.dtype = weights.dtype
         self.tactic = tactic
+        self.l2pf = l2pf
         pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
         MT = 1 if M <= 8 else 2
-        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind, weights.bits)
+        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf)
         self.kernel = k.name
         self._kernel = k
         zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)
@@ -1166,9 +1189,11 @@ class GemvMmaPlan:
         L.launch(stream)
 
 
-def build(weights, problem, config=None, tactic: Tactic | None = None, packed: Packed | None = None) -> GemvMmaPlan:
+def build(weights, problem, config=None, tactic: Tactic | None = None, packed: Packed | None = None,
+          l2pf: bool = False) -> GemvMmaPlan:
     """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``;
-    ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks)."""
+    ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks);
+    ``l2pf`` builds the L2-prefetching kernel variant (``gemv_w8.l2_prefetch`` decides when)."""
     if not supports(problem):
         raise ValueError(f"gemv_mma does not support {problem.describe()}")
     if weights.bits not in BITS or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
@@ -1176,7 +1201,7 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
     if problem.bits != weights.bits:
         raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
     tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
-    return GemvMmaPlan(weights, problem.M, tac, packed)
+    return GemvMmaPlan(weights, problem.M, tac, packed, l2pf)
 
 
 class TensorCorePlan:
@@ -1189,9 +1214,9 @@ class TensorCorePlan:
     plan (``cuda_core()`` builds it), built on first need (outside graph capture).
     """
 
-    def __init__(self, weights, problem, route: str, cuda_core):
+    def __init__(self, weights, problem, route: str, cuda_core, tactic: Tactic | None = None, l2pf: bool = False):
         self.route = route
-        self.mma = build(weights, problem)
+        self.mma = build(weights, problem, tactic=tactic, l2pf=l2pf)
         self.kernel = self.mma.kernel
         self.tactic = self.mma.tactic
         self._cuda_core = cuda_core
@@ -1211,12 +1236,13 @@ class TensorCorePlan:
         self._fallback.run(a, out, stream)
 
 
-def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto"):
+def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto", tactic: Tactic | None = None,
+               l2pf: bool = False):
     """A fused-GEMV route's plan: ``kernel`` "auto" (this tensor-core GEMV for fp16/bf16 when ``supports``
     the problem, else the CUDA-core engine), "cuda_core" or "mma"; ``cuda_core()`` builds the CUDA-core
-    plan."""
+    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch)."""
     if kernel not in ("auto", "cuda_core", "mma"):
         raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
     if kernel == "cuda_core" or (kernel == "auto" and not supports(problem)):
         return cuda_core()
-    return TensorCorePlan(weights, problem, route, cuda_core)
+    return TensorCorePlan(weights, problem, route, cuda_core, tactic, l2pf)

@@ -49,14 +49,15 @@ def check_problem(weights, problem) -> None:
     gc.check(p.K == w.K and p.N == w.N, ROUTE, "problem and weights disagree on N/K")
 
 
-def build(weights, problem, config=None, kernel: str = "auto"):
+def build(weights, problem, config=None, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``: ``plan.run(a, out, stream)`` per call. ``kernel``:
     "auto" (the tensor-core GEMV ``gemv_mma`` for fp16/bf16 A when it supports the problem, else the
-    CUDA-core engine), "cuda_core" or "mma"."""
+    CUDA-core engine), "cuda_core" or "mma"; ``tactic``: a ``gemv_mma.Tactic`` for the tensor-core plan."""
     from . import gemv_mma
 
     check_problem(weights, problem)
-    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel)
+    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel,
+                               tactic=tactic)
 
 
 def build_cuda_core(weights, problem) -> gc.GemvPlan:

@@ -73,10 +73,11 @@ def build_cuda_core(weights, problem) -> gc.GemvPlan:
     return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps)
 
 
-def build(weights, problem, config=None, kernel: str = "auto"):
+def build(weights, problem, config=None, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` over ``weights``. ``kernel``: "auto" (tensor cores, ``gemv_mma``, for fp16/bf16
-    when ``gemv_mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"."""
+    when ``gemv_mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"; ``tactic``: a ``gemv_mma.Tactic`` for the tensor-core plan."""
     from . import gemv_mma
 
     check_problem(weights, problem)
-    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel)
+    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel,
+                               tactic=tactic)

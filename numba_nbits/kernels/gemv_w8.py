@@ -22,6 +22,11 @@ Guards (``routes.gemv_w8``): bits 8, no g_idx, zero points none/packed, N % 8 ==
 fp16/bf16 A (block <= 128) runs ``gemv_mma`` (two 4-bit planes per code, see its docstring); the
 engine below serves fp32 A, block 256 and an A that is not 16-byte aligned (M > 5 then in M tiles
 of 5 over ``blockIdx.y``).
+
+L2 prefetch (``ORT_QUANTIZED_DECODE_L2_PREFETCH``, spec §8): when on, for M = 1 on a device of sm >= 80
+(``l2_prefetch``; the simulator counts as sm 90), both engines are built in their ``l2pf`` variant, which
+issues ``prefetch.global.L2`` (``intrinsics.prefetch_l2``) for the weight bytes each lane will load a
+couple of iterations later (kernel names end in ``_l2pf``). With the knob off the kernels are unchanged.
 """
 from __future__ import annotations
 
@@ -49,19 +54,29 @@ def check_problem(weights, problem) -> None:
     gc.check(p.K == w.K and p.N == w.N, ROUTE, "problem and weights disagree on N/K")
 
 
-def build(weights, problem, config=None, kernel: str = "auto"):
+L2PF_MIN_SM = 80
+
+
+def l2_prefetch(problem, config) -> bool:
+    """Whether the call takes the L2-prefetching kernels: knob on, M == 1, device sm >= 80."""
+    return bool(config is not None and config.l2_prefetch and problem.M == 1 and problem.sm >= L2PF_MIN_SM)
+
+
+def build(weights, problem, config=None, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``: ``plan.run(a, out, stream)`` per call. ``kernel``:
     "auto" (the tensor-core GEMV ``gemv_mma`` for fp16/bf16 A when it supports the problem, else the
-    CUDA-core engine), "cuda_core" or "mma"."""
+    CUDA-core engine), "cuda_core" or "mma"; ``tactic``: a ``gemv_mma.Tactic`` for the tensor-core plan."""
     from . import gemv_mma
 
     check_problem(weights, problem)
-    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem), kernel)
+    pf = l2_prefetch(problem, config)
+    return gemv_mma.route_plan(weights, problem, ROUTE, lambda: build_cuda_core(weights, problem, l2pf=pf), kernel,
+                               tactic=tactic, l2pf=pf)
 
 
-def build_cuda_core(weights, problem) -> gc.GemvPlan:
+def build_cuda_core(weights, problem, l2pf: bool = False) -> gc.GemvPlan:
     """The CUDA-core plan (shared engine of ``gemv_common``) for ``problem``."""
     check_problem(weights, problem)
     mt = min(problem.M, M_MAX)  # M > 5 (fallback of the tensor-core plan): blockIdx.y walks M tiles of 5
     r, u, warps = SHAPES[mt]
-    return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps)
+    return gc.build_plan(weights, problem, route=ROUTE, mt=mt, r_max=r, u=u, warps=warps, l2pf=l2pf)

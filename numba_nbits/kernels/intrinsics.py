@@ -514,3 +514,40 @@ if SIMULATED:
     ldcg = _ldcg_py
 else:  # pragma: no cover - compiled on a GPU only
     from numba.cuda import ldcg  # noqa: F401  (overloaded for the CUDA target)
+
+
+# --------------------------------------------------------------------------------- L2 prefetch
+# ``prefetch_l2(arr, i)``: ``prefetch.global.L2 [&arr[4 * i]]`` -- asks L2 to fetch the cache line of
+# the i-th 16-byte group of a 1-D uint32 array (no register result, no wait; the 8-bit M = 1 GEMV's
+# ``ORT_QUANTIZED_DECODE_L2_PREFETCH`` variant issues it for weight bytes a few iterations ahead). The
+# asm is side-effecting so it stays behind the branch that guards its index. The simulator has no
+# cache: the twin only checks that the group lies inside ``arr`` (as ``ldg_v4``'s twin does) and
+# returns nothing.
+
+
+def _prefetch_l2_py(arr, i):
+    _check_vector_index("prefetch_l2", arr, i, 4, 4)
+
+
+TWINS["prefetch_l2"] = _prefetch_l2_py
+
+if SIMULATED:
+    prefetch_l2 = _prefetch_l2_py
+else:  # pragma: no cover - compiled on a GPU only
+    def _prefetch_l2(typingctx, arr, idx):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.uint32 and isinstance(idx, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            i = args[1]
+            i = builder.sext(i, _I64) if i.type.width < 64 else i
+            p = builder.gep(ary.data, [builder.mul(i, ir.Constant(_I64, 4))])
+            fnty = ir.FunctionType(ir.VoidType(), [_I64])
+            asm = ir.InlineAsm(fnty, "prefetch.global.L2 [$0];", "l", side_effect=True)
+            builder.call(asm, [builder.ptrtoint(p, _I64)])
+            return context.get_dummy_value()
+
+        return types.void(arr, idx), codegen
+
+    prefetch_l2 = intrinsic(_prefetch_l2)
