@@ -11,6 +11,8 @@
 # Exits 1 if any example failed or a shard exited with an error, 2 if none failed but some shard was
 # stopped by FUZZ_TIMEOUT before its examples were done, 0 when every shard finished cleanly.
 set -u
+# each shard is one process: no pytest-xdist workers inside it (tests/conftest.py), one hypothesis run per shard
+export NUMBA_NBITS_TEST_WORKERS=0 NUMBA_NBITS_FUZZ_SHARDS=1
 PY=${PYTHON:-python3}
 OUT=${OUT:-./fuzz-out}
 TOTAL=${NUMBA_NBITS_FUZZ_EXAMPLES:-3000}

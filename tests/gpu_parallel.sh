@@ -4,6 +4,7 @@
 # root with PYTHONPATH set: OUT=dir [TEST_TIMEOUT=300] [SHARDS=4] [FILES="tests/test_a.py ..."] bash tests/gpu_parallel.sh
 # Prints one summary line per log and concatenates every log into $OUT/all_tests.log.
 export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
+export NUMBA_NBITS_TEST_WORKERS=${NUMBA_NBITS_TEST_WORKERS:-0}  # this script runs its own processes: none inside each pytest
 L=${LOGDIR:-$(mktemp -d /tmp/tlogs.XXXXXX)}; mkdir -p $L  # a fresh directory per run: no stale logs from an earlier call
 T=${TEST_TIMEOUT:-300}
 SHARDS=${SHARDS:-4}

@@ -38,6 +38,7 @@ if [ "$#" -gt 0 ]; then FILES=("$@"); else FILES=(tests); fi
 export NUMBA_ENABLE_CUDASIM=0
 export NUMBA_NBITS_FUZZ_EXAMPLES=${NUMBA_NBITS_FUZZ_EXAMPLES:-40}
 export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
+export NUMBA_NBITS_TEST_WORKERS=0  # one pytest process under each sanitizer (tests/conftest.py would start workers on a GPU)
 
 if ! command -v compute-sanitizer >/dev/null 2>&1; then
     for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer /opt/nvidia/compute-sanitizer; do

@@ -18,9 +18,9 @@ the count records it (``dispatch_unavailable``).
 Profiles (chosen by ``SIMULATED``):
 
 * simulator: 40 derandomized examples (reproducible in CI), N <= 32, K <= 96, M <= 20;
-* GPU: 500 examples by default, shapes up to thousands (M*N*K capped so that the float64 oracle
+* GPU: 500 examples by default (over 16 parametrised shards, so parallel workers share them), shapes up to thousands (M*N*K capped so that the float64 oracle
   stays ~30 ms), random seeds; ``NUMBA_NBITS_FUZZ_EXAMPLES=3000`` overrides the count in either
-  profile.
+  profile, ``NUMBA_NBITS_FUZZ_SHARDS`` the number of shards.
 
 The number of examples run (total, per route, per bits/dtype) is printed at the end of the module
 and written to ``$OUT/fuzz_cases.json`` when ``OUT`` is set; with ``OUT`` set the file is also
@@ -57,11 +57,15 @@ AVAILABLE = {r.name: r for r in ROUTES if _route_available(r)}
 MISSING = sorted(r.name for r in ROUTES if r.name not in AVAILABLE)
 
 _env_examples = os.environ.get("NUMBA_NBITS_FUZZ_EXAMPLES")
+# The examples are split over FUZZ_SHARDS parametrised copies of the test, so parallel workers share them
+# (one hypothesis run is one test: serial). On the simulator the draw is derandomized, so shards would
+# repeat each other: one shard there unless NUMBA_NBITS_FUZZ_SHARDS says otherwise.
+FUZZ_SHARDS = max(1, int(os.environ.get("NUMBA_NBITS_FUZZ_SHARDS") or (1 if SIMULATED else 16)))
 if SIMULATED:
     MAX_EXAMPLES = int(_env_examples or 40)
     N_MAX, K_MAX, M_MAX, LEAD_MAX = 32, 96, 20, 3
     MNK_CAP = None
-    PROFILE = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=True, database=None,
                        print_blob=True,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                               HealthCheck.filter_too_much])
@@ -69,7 +73,7 @@ else:
     MAX_EXAMPLES = int(_env_examples or 500)
     N_MAX, K_MAX, M_MAX, LEAD_MAX = 4096, 4096, 512, 4
     MNK_CAP = 1 << 25  # float64 oracle cost per example ~ M*N*K
-    PROFILE = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=False, database=None,
+    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=False, database=None,
                        print_blob=True,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                               HealthCheck.filter_too_much])
@@ -84,7 +88,8 @@ def _summary(finished: bool) -> dict:
 
 def _write_counts(out: str, summary: dict) -> None:
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "fuzz_cases.json")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # parallel workers each count their own examples
+    path = os.path.join(out, f"fuzz_cases.{worker}.json" if worker else "fuzz_cases.json")
     with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=1)
     os.replace(path + ".tmp", path)  # a kill never leaves a half-written file
@@ -242,9 +247,10 @@ def check_result(Y, ref, dtype, scale=None):
     assert err <= TOLERANCES[dtype], f"relative error {err:.3g} > {TOLERANCES[dtype]}"
 
 
+@pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
 @PROFILE
 @given(p=problems(), data=st.data())
-def test_fuzz_vs_oracle(p, data):
+def test_fuzz_vs_oracle(shard, p, data):
     A, B, s, zp, gi, b = make_data(p)
     N, K, bits, block = p["N"], p["K"], p["bits"], p["block"]
     M = int(np.prod(p["a_lead"]))
