@@ -119,6 +119,7 @@ def _libcuda():
 
 
 _CUDA_ERROR_INVALID_CONTEXT = 201  # what the driver answers on a thread with no current context
+_CUDA_ERROR_NOT_INITIALIZED = 3  # cuInit never ran in this process (so no stream exists to capture)
 
 
 def _make_context_current() -> None:
@@ -165,12 +166,16 @@ def is_capturing(stream_handle: int) -> bool:
             err = lib[1](stream_handle or None, ctypes.byref(status))
         if err == 0:
             return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE == 0
+        if err == _CUDA_ERROR_NOT_INITIALIZED:  # CUDA not initialised in this process: no stream can capture
+            return False
         # fall through: the bindings path raises with the driver's error name
     drv = _drv()
     res = drv.cuStreamIsCapturing(drv.CUstream(stream_handle))
     if int(res[0]) == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context: as above
         _make_context_current()
         res = drv.cuStreamIsCapturing(drv.CUstream(stream_handle))
+    if int(res[0]) == _CUDA_ERROR_NOT_INITIALIZED:
+        return False
     status = check(res, "cuStreamIsCapturing")
     return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SIMULATED, requires_gpu
 
 from numba_nbits.arrays import np_dtype, to_device, to_host
 from numba_nbits.config import Config, load_config
@@ -219,7 +220,9 @@ def test_paired_k_force_runs_it_end_to_end(rng):
     op_off = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs, environ={},
                             config={"ep.cuda.fpa_intb_gemm": "1"})
     op_off(A)
-    assert op_off._entries[M].plan.tactic.startswith("mixed_gemm:")
+    off = op_off._entries[M].plan.tactic
+    assert "paired_k" not in off  # a GPU times the candidates (any may win); the simulator takes the mixed GEMM
+    assert off.startswith("mixed_gemm:") or not SIMULATED
 
 
 # ========================================================================= wave-aware (M < 16)
@@ -255,7 +258,7 @@ def test_wave_aware_plan_matches_oracle(rng, N, K, bs, M, bits, dtype):
     plan = fpa_intb.build_candidate(w, p, ON, Candidate("gemv", f"{route}+wave"), 80)
     tac, mma = plan.tactic, plan.mma
     R = gemv_tactics.WAVE_CTAS_PER_SM[1]
-    wave = R * G.SIM_SM_COUNT
+    wave = R * G._sm_count(SIMULATED)
     groups = -(-N // (16 * tac.tpw))
     assert mma.grid == (min(groups, wave) if tac.ring else groups * tac.ksplit) and mma.grid <= wave
     assert tac != G.default_tactic(N, K, bs, M, bits)
@@ -303,7 +306,6 @@ def test_m_chunked_plan_matches_oracle(rng, mc, force, chunks):
 
 # ============================================================================ GPU (real kernels)
 
-from conftest import requires_gpu  # noqa: E402
 
 
 @requires_gpu
