@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 import types
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 GEMV_M = 16  # the fused GEMV routes serve M <= 16, one M tile / tactic per M
@@ -66,7 +66,9 @@ class Signature:
     weight_prepacked: int = 0
 
     def __str__(self) -> str:
-        extra = "".join(f":{k}" for k in ("g_idx",) if getattr(self, k))
+        extra = (":g_idx" if self.g_idx else "") + (f":accuracy_level={self.accuracy_level}" if self.accuracy_level
+                                                      else "") + \
+            (f":weight_prepacked={self.weight_prepacked}" if self.weight_prepacked else "")
         return (f"{self.N}x{self.K}:{self.bits}:{self.block_size}:{self.dtype}:{self.zp}:"
                 f"{'bias' if self.bias else 'nobias'}{extra}")
 
@@ -79,21 +81,17 @@ def parse_shape(text: str) -> Signature:
     parts = text.strip().split(":")
     if len(parts) > 6 or "x" not in parts[0]:
         raise ValueError(f"bad shape {text!r}: expected NxK[:bits[:block[:dtype[:zp[:bias]]]]], e.g. 4096x4096:4:128")
+    parts += [""] * (6 - len(parts))
     try:
         n, k = (int(v) for v in parts[0].lower().split("x"))
-        bits = int(parts[1]) if len(parts) > 1 and parts[1] else 4
-        block = int(parts[2]) if len(parts) > 2 and parts[2] else 128
+        bits, block = int(parts[1] or 4), int(parts[2] or 128)
     except ValueError:
         raise ValueError(f"bad shape {text!r}: N, K, bits and block must be integers") from None
-    dtype = parts[3] if len(parts) > 3 and parts[3] else "float16"
-    zp = parts[4] if len(parts) > 4 and parts[4] else "none"
-    bias = parts[5] if len(parts) > 5 and parts[5] else "nobias"
-    if dtype not in _DTYPES:
-        raise ValueError(f"bad shape {text!r}: dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    if zp not in _ZP_KINDS:
-        raise ValueError(f"bad shape {text!r}: zero points must be one of {', '.join(_ZP_KINDS)}, got {zp!r}")
-    if bias not in ("bias", "nobias"):
-        raise ValueError(f"bad shape {text!r}: the last field must be bias or nobias, got {bias!r}")
+    dtype, zp, bias = parts[3] or "float16", parts[4] or "none", parts[5] or "nobias"
+    for value, allowed, what in ((dtype, _DTYPES, "dtype"), (zp, _ZP_KINDS, "zero points"),
+                                 (bias, ("bias", "nobias"), "bias")):
+        if value not in allowed:
+            raise ValueError(f"bad shape {text!r}: {what} must be one of {', '.join(allowed)}, got {value!r}")
     try:
         check_attributes(k, n, bits, block)
     except MatMulNBitsError as e:
@@ -301,13 +299,16 @@ class PrecompileSummary:
         return not self.failures and self.built == self.tasks
 
     def __str__(self) -> str:
-        head = (f"precompile: {self.tasks} plans of {len(self.signatures)} signatures in {self.workers} workers, "
+        where = f"{self.workers} workers" if self.workers else "this process"
+        head = (f"precompile: {self.tasks} plans of {len(self.signatures)} signatures in {where}, "
                 f"{self.seconds:.1f} s: {self.built} built, {self.failed} failed")
-        if self.kernels_compiled is None:
-            kern = f"kernels: not counted, the kernel cache is {self.cache} (compiled in the workers, not kept)"
-        else:
+        if self.kernels_compiled is not None:
             kern = (f"kernels: {self.kernels_compiled} compiled, {self.kernels_loaded} loaded from the cache "
                     f"[{self.cache}]")
+        elif self.cache.startswith("off"):
+            kern = f"kernels: not counted: the kernel cache is {self.cache}; they were compiled and not kept"
+        else:
+            kern = f"kernels: none counted (cache {self.cache})"
         return "\n".join([head, kern] + [f"  failed: {m}" for m in self.failures])
 
 
@@ -427,8 +428,10 @@ def precompile(targets, M: Any = range(1, 4097), workers: Optional[int] = None,
         summary.kernels_compiled = sum(r["kernels_compiled"] for r in on)
         summary.kernels_loaded = sum(r["kernels_loaded"] for r in on)
         summary.cache = f"on: {on[0]['cache_dir']}"
+    elif results:
+        summary.cache = "off: " + results[0]["cache_off"]
     else:
-        summary.cache = "off: " + (results[0]["cache_off"] if results else "no worker ran")
+        summary.cache = "not used: nothing to compile" if not n else "unknown: no worker reported"
     summary.seconds = round(time.time() - t0, 1)
     return summary
 

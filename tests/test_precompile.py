@@ -78,8 +78,9 @@ def test_parse_M_and_shapes():
     assert pc.parse_shape("64x128:8:32:bfloat16:packed:bias") == Signature(64, 128, 8, 32, "bfloat16", "packed", True)
     for bad, why in (("64", "expected NxK"), ("64x128:3", "bits should be 2, 4 or 8"), ("0x128", "N must be > 0"),
                      ("64x128:4:48", "block_size must be a power of 2"), ("64xK", "integers"),
-                     ("64x128:4:32:float64", "dtype"), ("64x128:4:32:float16:yes", "zero points"),
-                     ("64x128:4:32:float16:none:maybe", "bias or nobias")):
+                     ("64x128:4:32:float64", "dtype must be one of"), ("64x128:4:32:float16:yes", "zero points must be"),
+                     ("1x2x3", "integers"), ("64x128:4:32:float16:none:bias:x", "expected NxK"),
+                     ("64x128:4:32:float16:none:maybe", "bias must be one of bias, nobias")):
         with pytest.raises(ValueError, match=why):
             pc.parse_shape(bad)
 
@@ -142,9 +143,16 @@ def test_api_two_ops_in_two_workers_then_the_ops_run():
 
 def test_failing_tasks_are_counted_not_fatal(monkeypatch, capsys):
     # a signature the worker cannot build (2-bit with g_idx): both of its tasks fail, the other builds
-    s = nb.precompile(["32x64:4:32", Signature(32, 64, 2, 32, g_idx=True)], M=[1, 2], workers=2, progress=False)
+    # (without tqdm the progress is one stderr line per worker)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    s = nb.precompile(["32x64:4:32", Signature(32, 64, 2, 32, g_idx=True)], M=[1, 2], workers=2, progress=True)
     assert (s.tasks, s.built, s.failed) == (4, 2, 2) and not s.ok
     assert len(s.failures) == 2 and all("2-bit dequantization does not support g_idx" in f for f in s.failures)
+    err = capsys.readouterr().err
+    assert "precompile: worker 0 done: 2 plans, 0 failed" in err and "precompile: worker 1 done: 2 plans, 2 failed" in err
+    monkeypatch.undo()
+    assert str(nb.precompile([], M=[1, 2], progress=False)).splitlines()[1] == \
+        "kernels: none counted (cache not used: nothing to compile)"
     # in this process (workers=0): warmup raising for one M
     from numba_nbits.op import MatMulNBits
 
@@ -209,3 +217,9 @@ def test_cli_without_gpu_and_simulator_off_exits_2():
                        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: no CUDA GPU found"), r.stderr
+
+
+def test_a_worker_that_does_not_finish_is_reported():
+    s = nb.precompile("32x64:4:32", M=[1, 2], workers=1, progress=False, timeout_s=0.01)
+    assert (s.tasks, s.built) == (2, 0) and not s.ok
+    assert s.failures == ["worker 0 (2 plans unreported): killed after 0 s"], s.failures
