@@ -333,6 +333,16 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, desc="precompile", unit="plan", file=sys.stderr)
 
 
+def _count(summary: PrecompileSummary, d: dict, bar) -> None:
+    """One task's JSON line: built, or a failure with its message."""
+    if d["ok"]:
+        summary.built += 1
+    else:
+        summary.failures.append(d["error"])
+    if bar is not None:
+        bar.update(1)
+
+
 def _spawn(parts: list, config, summary: PrecompileSummary, bar, plain: bool, timeout_s: Optional[float]) -> list:
     """Run one worker process per part; returns the workers' final JSON dicts."""
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,11 +360,13 @@ def _spawn(parts: list, config, summary: PrecompileSummary, bar, plain: bool, ti
             procs.append((p, err))
             threading.Thread(target=lambda i=i, p=p: ([q.put((i, x)) for x in p.stdout], q.put((i, None))),
                              daemon=True).start()
-        running, deadline = len(procs), None if timeout_s is None else time.time() + timeout_s
+        running, killed = len(procs), False
+        deadline = None if timeout_s is None else time.time() + timeout_s
         while running:
             try:
                 i, line = q.get(timeout=None if deadline is None else max(0.01, deadline - time.time()))
             except queue.Empty:
+                killed = True
                 break
             if line is None:
                 running -= 1
@@ -365,12 +377,9 @@ def _spawn(parts: list, config, summary: PrecompileSummary, bar, plain: bool, ti
                 continue
             if "task" in d:
                 seen.add(d["task"])
-                summary.built += bool(d["ok"])
-                if bar is not None:
-                    bar.update(1)
+                _count(summary, d, bar)
             elif "worker" in d:
                 results.append(d)
-                summary.failures.extend(d["errors"])
                 if plain:
                     print(f"precompile: worker {i} done: {d['tasks']} plans, {len(d['errors'])} failed, "
                           f"{d['seconds']} s [{len(seen)}/{summary.tasks}]", file=sys.stderr, flush=True)
@@ -382,7 +391,7 @@ def _spawn(parts: list, config, summary: PrecompileSummary, bar, plain: bool, ti
             if lost or p.returncode:
                 err.seek(0)
                 tail = " ".join(err.read().strip().splitlines()[-3:])[-300:]
-                why = f"killed after {timeout_s:.0f} s" if p.returncode and p.returncode < 0 else \
+                why = f"killed after {timeout_s:.0f} s" if killed and p.returncode and p.returncode < 0 else \
                     f"exit {p.returncode}: {tail}"
                 summary.failures.append(f"worker {i} ({len(lost)} plans unreported): {why}")
             err.close()
@@ -410,14 +419,7 @@ def precompile(targets, M: Any = range(1, 4097), workers: Optional[int] = None,
     summary = PrecompileSummary(signatures=[str(s) for s in sigs], tasks=n, workers=w)
     bar = _progress(n, progress)
     if w == 0:
-        def emit(d):
-            summary.built += bool(d["ok"])
-            if bar is not None:
-                bar.update(1)
-
-        results = [run_tasks(indexed, config, emit)] if n else []
-        for r in results:
-            summary.failures.extend(r["errors"])
+        results = [run_tasks(indexed, config, lambda d: _count(summary, d, bar))] if n else []
     else:  # contiguous slices of the signature-ordered list: a worker shares kernels across its Ms
         parts = [indexed[i * n // w:(i + 1) * n // w] for i in range(w)]
         results = _spawn(parts, dict(config) if config else None, summary, bar, progress and bar is None, timeout_s)
@@ -459,7 +461,7 @@ def main(argv=None) -> int:
                         ">= 16 (128), dtype float16/bfloat16/float32 (float16), zp none/packed/typed (none), "
                         "bias/nobias (nobias); e.g. 4096x4096 14336x4096:4:128:float16:none:bias")
     p.add_argument("--M", default="1-4096", help="Ms to serve: 1-4096 (default), 1,2,4 or a mix like 1-16,32")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: min(cores, plans))")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: min(cores, plans); 0: in this process)")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="session-config keys for the ops")
     p.add_argument("--timeout", type=float, default=None, help="seconds before unfinished workers are killed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -469,8 +471,8 @@ def main(argv=None) -> int:
         return int(e.code or 0)
     try:
         Ms = parse_M(a.M)
-        targets = [parse_shape(s) for s in a.shapes]
-        for m in a.models:
+        targets = [parse_shape(s) for s in a.shapes if not s.endswith(".onnx")]
+        for m in a.models + [s for s in a.shapes if s.endswith(".onnx")]:
             if not os.path.isfile(m):
                 raise ValueError(f"no such model file: {m!r}")
             targets.append(m)
