@@ -461,7 +461,8 @@ def main(argv=None) -> int:
                         ">= 16 (128), dtype float16/bfloat16/float32 (float16), zp none/packed/typed (none), "
                         "bias/nobias (nobias); e.g. 4096x4096 14336x4096:4:128:float16:none:bias")
     p.add_argument("--M", default="1-4096", help="Ms to serve: 1-4096 (default), 1,2,4 or a mix like 1-16,32")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: min(cores, plans); 0: in this process)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: min(cores, plans); 0: in this process)")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="session-config keys for the ops")
     p.add_argument("--timeout", type=float, default=None, help="seconds before unfinished workers are killed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -78,7 +78,8 @@ def test_parse_M_and_shapes():
     assert pc.parse_shape("64x128:8:32:bfloat16:packed:bias") == Signature(64, 128, 8, 32, "bfloat16", "packed", True)
     for bad, why in (("64", "expected NxK"), ("64x128:3", "bits should be 2, 4 or 8"), ("0x128", "N must be > 0"),
                      ("64x128:4:48", "block_size must be a power of 2"), ("64xK", "integers"),
-                     ("64x128:4:32:float64", "dtype must be one of"), ("64x128:4:32:float16:yes", "zero points must be"),
+                     ("64x128:4:32:float64", "dtype must be one of"),
+                     ("64x128:4:32:float16:yes", "zero points must be"),
                      ("1x2x3", "integers"), ("64x128:4:32:float16:none:bias:x", "expected NxK"),
                      ("64x128:4:32:float16:none:maybe", "bias must be one of bias, nobias")):
         with pytest.raises(ValueError, match=why):
@@ -149,7 +150,8 @@ def test_failing_tasks_are_counted_not_fatal(monkeypatch, capsys):
     assert (s.tasks, s.built, s.failed) == (4, 2, 2) and not s.ok
     assert len(s.failures) == 2 and all("2-bit dequantization does not support g_idx" in f for f in s.failures)
     err = capsys.readouterr().err
-    assert "precompile: worker 0 done: 2 plans, 0 failed" in err and "precompile: worker 1 done: 2 plans, 2 failed" in err
+    assert "precompile: worker 0 done: 2 plans, 0 failed" in err
+    assert "precompile: worker 1 done: 2 plans, 2 failed" in err
     monkeypatch.undo()
     assert str(nb.precompile([], M=[1, 2], progress=False)).splitlines()[1] == \
         "kernels: none counted (cache not used: nothing to compile)"
