@@ -28,6 +28,8 @@ _EXPORTS = {
     "relative_error": ".reference",
     "TOLERANCES": ".reference",
     "explain": ".explain",
+    "precompile": ".precompile",
+    "PrecompileSummary": ".precompile",
     "capture": ".graphs",
     "Graph": ".graphs",
     "CaptureError": ".launch",
@@ -43,7 +45,9 @@ def __getattr__(name):
     mod = _EXPORTS.get(name)
     if mod is None:
         raise AttributeError(f"module 'numba_nbits' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod, __name__), name)
+    module = importlib.import_module(mod, __name__)
+    # ``precompile`` is a callable module (calling it calls its ``precompile``), so it is its own export
+    value = module if mod == "." + name else getattr(module, name)
     globals()[name] = value
     return value
 

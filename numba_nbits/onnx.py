@@ -327,6 +327,28 @@ class OnnxModel:
             out[role] = value
         return out
 
+    def input_specs(self, name: str) -> Dict[str, Optional[tuple]]:
+        """``{role: (numpy dtype, shape) or None}`` for B, scales, zero_points, g_idx, bias, read from the
+        initializers' headers without loading their data (what ``numba_nbits.precompile`` needs)."""
+        from onnx import helper
+
+        nd = self._check_name(name)
+        out: Dict[str, Optional[tuple]] = {}
+        for idx in range(1, 6):
+            tname = nd.input[idx] if idx < len(nd.input) else ""
+            proto = self._init_protos.get(tname) if tname else None
+            if not tname:
+                out[_INPUT_NAMES[idx]] = None
+            elif proto is not None:
+                out[_INPUT_NAMES[idx]] = (np.dtype(helper.tensor_dtype_to_np_dtype(proto.data_type)),
+                                          tuple(proto.dims))
+            else:  # a Constant node's output (small), or an error constant_inputs words
+                value = self._constant(tname)
+                if value is None:
+                    self.constant_inputs(name)
+                out[_INPUT_NAMES[idx]] = (value.dtype, value.shape)
+        return out
+
     def node(self, name: str):
         """The ``numba_nbits.MatMulNBits`` for this node (built, weights uploaded, on first request)."""
         op = self._ops.get(name)

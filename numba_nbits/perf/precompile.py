@@ -9,6 +9,7 @@ does before it times — so each kernel is compiled once, in parallel, and writt
 kernel cache (``launch.py``). The timing process then loads cubins instead of compiling. Workers do
 no timing; they finish before the timing starts, so they never share the GPU with a measurement. A
 worker's error is only counted: the timing process meets the same error and reports it in its row.
+The cache counters come from ``numba_nbits.precompile.cache_stats`` (the model-level precompile's).
 
 Worker command line (the runner builds it): ``python -m numba_nbits.perf.precompile CASES.json I N``
 prints one JSON line ``{"worker": I, "cases": n, "kernels_compiled": c, "kernels_loaded": l,
@@ -34,7 +35,7 @@ def _groups_of(cases: list[Case]) -> list[list[Case]]:
 
 def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> dict:
     """Build and warm up (compile) every operator the timing process will build for ``cases``."""
-    from .. import launch
+    from ..precompile import cache_stats
     from .runner import _rng
     from .shapes import ROUTER_AB_VARIANT, shape_named
     from .subjects import OpSet, eligible_routes, random_weights
@@ -62,11 +63,8 @@ def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> d
                 stats["cases"] += 1
         except Exception as e:  # noqa: BLE001
             stats["errors"].append(f"{c0.group}: {type(e).__name__}: {e}"[:300])
-    cache = launch._kernel_cache()
-    stats["kernels_compiled"] = cache.stores if cache else None
-    stats["kernels_loaded"] = cache.hits if cache else None
-    stats["cache_errors"] = cache.errors if cache else 0
-    stats["cache_last_error"] = cache.last_error if cache else None
+    c = cache_stats()
+    stats.update((k, c[k]) for k in ("kernels_compiled", "kernels_loaded", "cache_errors", "cache_last_error"))
     stats["seconds"] = round(time.time() - t0, 1)
     return stats
 
