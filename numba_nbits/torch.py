@@ -22,11 +22,22 @@ zero-copy on torch's current stream (the output comes from torch's caching alloc
 is built -- weights uploaded with scales/bias cast to x's dtype -- on the first call for each (dtype,
 device) and rebuilt when a buffer is modified or moved. Under ``torch.cuda.graph`` it captures like
 any kernel once warmed up: run the module eagerly with the same input shape first (that builds the
-operator and its launch plan for that M; building cannot happen during capture). CPU tensors are
-refused (``RuntimeError`` saying to move the module and input to CUDA).
+operator and its launch plan for that M; building cannot happen during capture).
+
+CPU tensors take the operator's host path, as NumPy arrays do (``MatMulNBits``: host in, host out):
+on a GPU the input is copied to the device and the result back, synchronously -- a convenience for
+checks and for CPU-side code such as ``torch.distributed``'s gloo backend, not a fast path, and not
+capturable; on numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) everything stays on the host.
+Without a GPU or the simulator a CPU input is refused (``RuntimeError`` saying so).
+
+Tensor parallelism (``torch.distributed``, NCCL on GPUs, gloo on CPU): ``ColumnParallelQuantLinear``
+(N sharded, optional all-gather of the output), ``RowParallelQuantLinear`` (K sharded on whole
+quantization blocks, partial outputs all-reduced, bias added once) and ``quantize_model_(...,
+tp_group=group)``; the shards are exact slices of the full ORT tensors (``numba_nbits.shard``).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Optional
 
 import numpy as np
@@ -159,18 +170,23 @@ class QuantLinear(nn.Module):
                      for t in (self.qweight, self.scales, self.zero_points, self.g_idx, self.bias))
 
     def _op_for(self, x: "torch.Tensor"):
-        dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        slot = (x.dtype, dev)
+        on_host = x.device.type == "cpu"
+        dev = None if on_host else x.device.index if x.device.index is not None else torch.cuda.current_device()
+        slot = (x.dtype, "cpu" if on_host else dev)
         key = self._buffers_key()
         hit = self._ops.get(slot)
         if hit is not None and hit[0] == key:
             return hit[1]
-        if torch.cuda.is_current_stream_capturing():
+        if not on_host and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("QuantLinear: the operator for this dtype/device is not built (or its buffers "
                                "changed); run the module once eagerly before CUDA graph capture")
         from numba import cuda
 
         from .op import MatMulNBits
+
+        if on_host and not cuda.is_available():
+            raise RuntimeError("QuantLinear runs numba_nbits CUDA kernels: a CPU tensor is copied to the GPU and back, "
+                               "but no CUDA GPU is available (nor numba's simulator, NUMBA_ENABLE_CUDASIM=1)")
 
         npdt = _np_dtype(x.dtype)
 
@@ -183,7 +199,7 @@ class QuantLinear(nn.Module):
         zp = _to_numpy(self.zero_points)
         if zp is not None and zp.dtype != np.uint8:
             zp = cast(self.zero_points)
-        with cuda.gpus[dev]:
+        with contextlib.nullcontext() if on_host else cuda.gpus[dev]:
             op = MatMulNBits(_to_numpy(self.qweight), cast(self.scales), zp, _to_numpy(self.g_idx), cast(self.bias),
                              K=self.in_features, N=self.out_features, bits=self.bits, block_size=self.block_size,
                              config=self.config)
@@ -191,7 +207,8 @@ class QuantLinear(nn.Module):
         return op
 
     def operator(self, dtype=torch.float16, device=None):
-        """The ``numba_nbits.MatMulNBits`` used for inputs of ``dtype`` on ``device`` (built if needed)."""
+        """The ``numba_nbits.MatMulNBits`` used for inputs of ``dtype`` on ``device`` (``"cpu"``: the host path;
+        built if needed)."""
         probe = torch.empty(0, dtype=dtype, device=device or "cuda")
         return self._op_for(probe)
 
@@ -199,9 +216,9 @@ class QuantLinear(nn.Module):
     def forward(self, x: "torch.Tensor") -> "torch.Tensor":
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"QuantLinear expects a torch.Tensor, got {type(x).__name__}")
-        if x.device.type != "cuda":
-            raise RuntimeError(f"QuantLinear runs numba_nbits CUDA kernels and needs a CUDA tensor, got one on "
-                               f"'{x.device}'; move the model and its inputs to the GPU (model.cuda(), x.cuda())")
+        if x.device.type not in ("cuda", "cpu"):
+            raise RuntimeError(f"QuantLinear runs numba_nbits CUDA kernels and needs a CUDA (or CPU) tensor, got one "
+                               f"on '{x.device}'; move the model and its inputs to the GPU (model.cuda(), x.cuda())")
         if x.dtype not in _FLOATS:
             raise TypeError(f"QuantLinear: input dtype must be float32, float16 or bfloat16, got {x.dtype}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
@@ -212,7 +229,10 @@ class QuantLinear(nn.Module):
         if x2.shape[0] == 0:
             return x.new_empty(lead + (self.out_features,))
         op = self._op_for(x)
-        y = op(x2.contiguous())
+        if x.device.type == "cpu":  # host path: NumPy in, NumPy out
+            y = _to_torch(op(_to_numpy(x2)))
+        else:
+            y = op(x2.contiguous())
         return y.reshape(lead + (self.out_features,))
 
 

@@ -1,7 +1,8 @@
 """numba_nbits.torch: QuantLinear / quantize_model_.
 
-CPU-side checks run everywhere torch is installed (the packing, buffers, state dicts, refusal of CPU
-tensors); the forward checks need a real GPU (torch CUDA tensors do not exist on the simulator).
+CPU-side checks run everywhere torch is installed (the packing, buffers, state dicts, the host path of
+CPU tensors -- on the simulator or a GPU); the CUDA-tensor forward checks need a real GPU (torch CUDA
+tensors do not exist on the simulator).
 """
 from __future__ import annotations
 
@@ -98,10 +99,29 @@ def test_constructor_from_matmulnbits_tensors_validates():
         QuantLinear(B, s, in_features=64, out_features=8, bits=3, block_size=32)
 
 
-def test_cpu_tensor_refused_with_fix():
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (2, 64)), (torch.bfloat16, (1, 1, 64))])
+def test_cpu_tensor_takes_the_host_path(dtype, shape):
+    """CPU in, CPU out through the operator's NumPy path (simulator here; host copies on a GPU)."""
+    q = QuantLinear.from_linear(_linear(64, 16, dtype=dtype), bits=4, block_size=32, symmetric=False)
+    q.config = {"use_tf32": False}
+    torch.manual_seed(1)
+    x = torch.randn(shape).to(dtype)
+    y = q(x)
+    assert y.device.type == "cpu" and y.dtype == dtype and y.shape == shape[:-1] + (16,)
+    ref = _oracle(q, x.reshape(-1, 64)).reshape(shape[:-1] + (16,))
+    assert relative_error(_np(y.float()), ref) <= TOLERANCES[str(dtype).split(".")[1]] * 2
+    assert q(x.new_empty((0, 64))).shape == (0, 16)
+
+
+def test_cpu_tensor_refused_without_cuda(monkeypatch):
+    from numba import cuda
+
     q = QuantLinear.from_linear(_linear(32, 8))
-    with pytest.raises(RuntimeError, match=r"needs a CUDA tensor, got one on 'cpu'.*model\.cuda\(\), x\.cuda\(\)"):
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"a CPU tensor is copied to the GPU and back, but no CUDA GPU is available"):
         q(torch.zeros(2, 32))
+    with pytest.raises(RuntimeError, match=r"needs a CUDA \(or CPU\) tensor, got one on 'meta'.*model\.cuda\(\)"):
+        q(torch.zeros(2, 32, device="meta"))
 
 
 def test_quantize_model_in_place_with_skip():
