@@ -48,7 +48,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("numba_nbits.torch needs PyTorch; install the extra: pip install 'numba_nbits[torch]'") from e
 
-__all__ = ["QuantLinear", "quantize_model_"]
+__all__ = ["COLUMN_PARALLEL", "ROW_PARALLEL", "ColumnParallelQuantLinear", "QuantLinear", "RowParallelQuantLinear",
+           "quantize_model_"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -85,6 +86,17 @@ def _np_dtype(tdt):
 
     return {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
             torch.bfloat16: bfloat16()}[tdt]
+
+
+def _zero_tensors(in_features, out_features, bits, block_size, symmetric, bias, dtype):
+    from .formats import blob_size, k_blocks, zp_blob_size
+
+    kb = k_blocks(in_features, block_size)
+    B = np.zeros((out_features, kb, blob_size(block_size, bits)), np.uint8)
+    s = np.zeros((out_features, kb), _np_dtype(dtype))
+    zp = None if symmetric else np.zeros((out_features, zp_blob_size(kb, bits)), np.uint8)
+    b = np.zeros(out_features, _np_dtype(dtype)) if bias else None
+    return B, s, zp, b
 
 
 class QuantLinear(nn.Module):
@@ -135,13 +147,7 @@ class QuantLinear(nn.Module):
     def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
               bias: bool = True, dtype=torch.float32, device=None, config=None) -> "QuantLinear":
         """A zero-filled module with the buffers of ``from_linear(..., symmetric)``, to ``load_state_dict`` into."""
-        from .formats import blob_size, k_blocks, zp_blob_size
-
-        kb = k_blocks(in_features, block_size)
-        B = np.zeros((out_features, kb, blob_size(block_size, bits)), np.uint8)
-        s = np.zeros((out_features, kb), _np_dtype(dtype))
-        zp = None if symmetric else np.zeros((out_features, zp_blob_size(kb, bits)), np.uint8)
-        b = np.zeros(out_features, _np_dtype(dtype)) if bias else None
+        B, s, zp, b = _zero_tensors(in_features, out_features, bits, block_size, symmetric, bias, dtype)
         q = cls(B, s, zp, b, in_features=in_features, out_features=out_features, bits=bits, block_size=block_size,
                 config=config)
         return q.to(device) if device is not None else q
@@ -236,18 +242,253 @@ class QuantLinear(nn.Module):
         return y.reshape(lead + (self.out_features,))
 
 
+# ============================================================================ tensor parallelism
+
+class _Group:
+    """Holds a ``torch.distributed`` process group (None = the default group) through ``copy.deepcopy``."""
+
+    def __init__(self, group):
+        self.group = group
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _tp_rank_world(group) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("tensor-parallel QuantLinear layers need torch.distributed initialised first: "
+                           "torch.distributed.init_process_group('nccl') on GPUs ('gloo' for CPU tensors)")
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _full_tensors(B, scales, zero_points, bias):
+    return tuple(_to_numpy(t) for t in (B, scales, zero_points, bias))
+
+
+class _TensorParallel:
+    """Shared by the two tensor-parallel layers: the group, this rank and the world size."""
+
+    def _init_tp(self, tp_group):
+        self._tp = _Group(tp_group)
+        self.tp_rank, self.tp_world = _tp_rank_world(tp_group)
+
+    @property
+    def tp_group(self):
+        """The ``torch.distributed`` process group (``None``: the default group)."""
+        return self._tp.group
+
+
+class ColumnParallelQuantLinear(_TensorParallel, QuantLinear):
+    """Column-parallel ``QuantLinear``: this rank holds output features ``[r*N/w, (r+1)*N/w)`` of the full layer.
+
+    ``in_features`` / ``out_features`` and the buffers are this rank's shard (``out_features = N / world``);
+    ``full_out_features`` is N. ``forward(x)`` takes the full input ``[..., in_features]`` and returns this
+    rank's slice of the output, or with ``gather_output=True`` the full ``[..., N]`` (an all-gather over
+    ``tp_group``). Build with ``from_full`` (exact slices of full ORT tensors) or ``from_linear``.
+    Rule: ``N % world == 0``. Collectives: ``torch.distributed`` on ``tp_group`` (None = the default
+    group): NCCL for CUDA tensors (capturable in a CUDA graph after an eager warm-up), gloo for CPU ones.
+    """
+
+    def __init__(self, B, scales, zero_points=None, bias=None, *, in_features: int, out_features: int,
+                 bits: int = 4, block_size: int = 32, g_idx=None, config=None, tp_group=None,
+                 gather_output: bool = False):
+        super().__init__(B, scales, zero_points, bias, in_features=in_features, out_features=out_features, bits=bits,
+                         block_size=block_size, g_idx=g_idx, config=config)
+        self._init_tp(tp_group)
+        self.gather_output = bool(gather_output)
+        self.full_out_features = self.out_features * self.tp_world
+
+    @classmethod
+    def from_full(cls, B, scales, zero_points=None, bias=None, *, in_features: int, out_features: int, bits: int = 4,
+                  block_size: int = 32, g_idx=None, config=None, tp_group=None,
+                  gather_output: bool = False) -> "ColumnParallelQuantLinear":
+        """This rank's shard of the full MatMulNBits tensors (``out_features`` = the full N), sliced exactly
+        (``numba_nbits.shard.shard_columns``); on B's device when B is a torch tensor."""
+        from .shard import shard_columns
+
+        rank, world = _tp_rank_world(tp_group)
+        sh = shard_columns(*_full_tensors(B, scales, zero_points, bias), N=out_features, K=in_features,
+                           bits=bits, block_size=block_size, rank=rank, world=world, g_idx=_to_numpy(g_idx))
+        m = cls(sh.B, sh.scales, sh.zero_points, sh.bias, in_features=sh.K, out_features=sh.N, bits=bits,
+                block_size=block_size, g_idx=sh.g_idx, config=config, tp_group=tp_group, gather_output=gather_output)
+        return m.to(B.device) if isinstance(B, torch.Tensor) else m
+
+    @classmethod
+    def from_linear(cls, linear: "nn.Linear", bits: int = 4, block_size: int = 32, symmetric: bool = True,
+                    config=None, *, tp_group=None, gather_output: bool = False) -> "ColumnParallelQuantLinear":
+        """Quantize the full ``linear`` like ``QuantLinear.from_linear`` (deterministic: every rank gets the same
+        bytes), then keep this rank's exact slice; on the weight's device."""
+        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
+        m = cls.from_full(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
+                          bits=bits, block_size=block_size, config=config, tp_group=tp_group,
+                          gather_output=gather_output)
+        return m.to(linear.weight.device)
+
+    @classmethod
+    def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
+              bias: bool = True, dtype=torch.float32, device=None, config=None, *, tp_group=None,
+              gather_output: bool = False) -> "ColumnParallelQuantLinear":
+        """A zero-filled shard of a layer with the full ``out_features``, to ``load_state_dict`` this rank's into."""
+        from .shard import check_column_split
+
+        _, world = _tp_rank_world(tp_group)
+        n = check_column_split(out_features, world)
+        q = cls(*_zero_tensors(in_features, n, bits, block_size, symmetric, bias, dtype), in_features=in_features,
+                out_features=n, bits=bits, block_size=block_size, config=config, tp_group=tp_group,
+                gather_output=gather_output)
+        return q.to(device) if device is not None else q
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + f", tp_rank={self.tp_rank}, tp_world={self.tp_world}, "
+                f"full_out_features={self.full_out_features}, gather_output={self.gather_output}")
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        y = super().forward(x)
+        if not self.gather_output or self.tp_world == 1:
+            return y
+        import torch.distributed as dist
+
+        y = y.contiguous()
+        parts = [torch.empty_like(y) for _ in range(self.tp_world)]
+        dist.all_gather(parts, y, group=self.tp_group)
+        return torch.cat(parts, dim=-1)
+
+
+class RowParallelQuantLinear(_TensorParallel, QuantLinear):
+    """Row-parallel ``QuantLinear``: this rank holds inputs ``[r*K/w, (r+1)*K/w)`` (whole quantization blocks).
+
+    ``in_features`` / ``out_features`` and the buffers are this rank's shard (``in_features = K / world``);
+    ``full_in_features`` is K. ``forward(x)`` takes this rank's slice of the input (``input_is_parallel=True``,
+    what a column-parallel layer without gather produces) or the full ``[..., K]`` input
+    (``input_is_parallel=False``: sliced here), computes the partial product and all-reduces (SUM) it over
+    ``tp_group``; every rank returns the full ``[..., N]``. The bias is a buffer of rank 0 only (``None``
+    on the others), so the sum adds it once. Rule: ``K % (world * block_size) == 0``; ``g_idx`` is refused
+    (unless trivial). Collectives as for ``ColumnParallelQuantLinear``.
+    """
+
+    def __init__(self, B, scales, zero_points=None, bias=None, *, in_features: int, out_features: int,
+                 bits: int = 4, block_size: int = 32, g_idx=None, config=None, tp_group=None,
+                 input_is_parallel: bool = True):
+        super().__init__(B, scales, zero_points, bias, in_features=in_features, out_features=out_features, bits=bits,
+                         block_size=block_size, g_idx=g_idx, config=config)
+        self._init_tp(tp_group)
+        if self.bias is not None and self.tp_rank != 0:
+            raise ValueError(f"RowParallelQuantLinear: only rank 0 holds the bias (it is added once, by the "
+                             f"all-reduce); rank {self.tp_rank} got one")
+        self.input_is_parallel = bool(input_is_parallel)
+        self.full_in_features = self.in_features * self.tp_world
+
+    @classmethod
+    def from_full(cls, B, scales, zero_points=None, bias=None, *, in_features: int, out_features: int, bits: int = 4,
+                  block_size: int = 32, g_idx=None, config=None, tp_group=None,
+                  input_is_parallel: bool = True) -> "RowParallelQuantLinear":
+        """This rank's shard of the full MatMulNBits tensors (``in_features`` = the full K), sliced exactly on
+        whole blocks (``numba_nbits.shard.shard_rows_k``); on B's device when B is a torch tensor."""
+        from .shard import shard_rows_k
+
+        rank, world = _tp_rank_world(tp_group)
+        sh = shard_rows_k(*_full_tensors(B, scales, zero_points, bias), N=out_features, K=in_features,
+                          bits=bits, block_size=block_size, rank=rank, world=world, g_idx=_to_numpy(g_idx))
+        m = cls(sh.B, sh.scales, sh.zero_points, sh.bias, in_features=sh.K, out_features=sh.N, bits=bits,
+                block_size=block_size, config=config, tp_group=tp_group, input_is_parallel=input_is_parallel)
+        return m.to(B.device) if isinstance(B, torch.Tensor) else m
+
+    @classmethod
+    def from_linear(cls, linear: "nn.Linear", bits: int = 4, block_size: int = 32, symmetric: bool = True,
+                    config=None, *, tp_group=None, input_is_parallel: bool = True) -> "RowParallelQuantLinear":
+        """Quantize the full ``linear`` like ``QuantLinear.from_linear`` (same bytes on every rank), then keep
+        this rank's exact K slice; on the weight's device."""
+        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
+        m = cls.from_full(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
+                          bits=bits, block_size=block_size, config=config, tp_group=tp_group,
+                          input_is_parallel=input_is_parallel)
+        return m.to(linear.weight.device)
+
+    @classmethod
+    def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
+              bias: bool = True, dtype=torch.float32, device=None, config=None, *, tp_group=None,
+              input_is_parallel: bool = True) -> "RowParallelQuantLinear":
+        """A zero-filled shard of a layer with the full ``in_features`` (bias on rank 0 only), to load into."""
+        from .shard import check_row_split
+
+        rank, world = _tp_rank_world(tp_group)
+        k = check_row_split(in_features, block_size, world)
+        q = cls(*_zero_tensors(k, out_features, bits, block_size, symmetric, bias and rank == 0, dtype),
+                in_features=k, out_features=out_features, bits=bits, block_size=block_size, config=config,
+                tp_group=tp_group, input_is_parallel=input_is_parallel)
+        return q.to(device) if device is not None else q
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + f", tp_rank={self.tp_rank}, tp_world={self.tp_world}, "
+                f"full_in_features={self.full_in_features}, input_is_parallel={self.input_is_parallel}")
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        if not self.input_is_parallel and isinstance(x, torch.Tensor):
+            if x.dim() == 0 or x.shape[-1] != self.full_in_features:
+                raise ValueError(f"RowParallelQuantLinear (input_is_parallel=False): input's last dimension must be "
+                                 f"the full in_features={self.full_in_features}, got shape {tuple(x.shape)}")
+            k = self.in_features
+            x = x[..., self.tp_rank * k:(self.tp_rank + 1) * k]
+        y = super().forward(x)
+        if self.tp_world > 1:
+            import torch.distributed as dist
+
+            y = y.contiguous()
+            dist.all_reduce(y, op=dist.ReduceOp.SUM, group=self.tp_group)
+        return y
+
+
+def _quantize_linear(linear, bits, block_size, symmetric):
+    from .formats import quantize
+
+    W = linear.weight
+    if W.dtype not in _FLOATS:
+        raise TypeError(f"from_linear: weight dtype must be float32, float16 or bfloat16, got {W.dtype}")
+    return quantize(_to_numpy(W), bits, block_size, symmetric)
+
+
+#: Llama-style layer names (the last component of a module's qualified name) sharded by
+#: ``quantize_model_(..., tp_group=...)``: column-parallel without gather, then row-parallel.
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+ROW_PARALLEL = ("o_proj", "down_proj")
+
+
 def quantize_model_(model: "nn.Module", bits: int = 4, block_size: int = 32, symmetric: bool = True,
-                    skip: Callable[[str, "nn.Module"], bool] = lambda name, mod: False, config=None) -> "nn.Module":
+                    skip: Callable[[str, "nn.Module"], bool] = lambda name, mod: False, config=None, *,
+                    tp_group=None, column_parallel=COLUMN_PARALLEL, row_parallel=ROW_PARALLEL) -> "nn.Module":
     """Replace every ``nn.Linear`` in ``model`` (recursively, in place) by ``QuantLinear.from_linear``,
-    except those for which ``skip(qualified_name, module)`` is true. Returns ``model``."""
+    except those for which ``skip(qualified_name, module)`` is true. Returns ``model``.
+
+    With ``tp_group`` (a ``torch.distributed`` process group; ``torch.distributed.group.WORLD`` for the
+    default one), layers are sharded over it, Llama-style: a Linear whose name ends in one of
+    ``column_parallel`` becomes a ``ColumnParallelQuantLinear`` (no gather: its output stays sharded),
+    one in ``row_parallel`` a ``RowParallelQuantLinear`` (sharded input, all-reduced output); every other
+    Linear (e.g. ``lm_head``) stays an unsharded ``QuantLinear``, replicated on every rank. Call it on
+    every rank with the same (same-seeded or loaded) model. Only the Linears are sharded: an attention
+    module reshaping q/k/v into heads must be set up for ``num_heads / world`` heads (and kv heads) per
+    rank. A layer that cannot be split evenly raises ``ValueError`` naming it."""
     targets = []
     for parent_name, parent in model.named_modules():
         for child_name, child in parent.named_children():
             if isinstance(child, nn.Linear):
                 full = f"{parent_name}.{child_name}" if parent_name else child_name
                 if not skip(full, child):
-                    targets.append((parent, child_name, child))
-    for parent, child_name, child in targets:
-        setattr(parent, child_name, QuantLinear.from_linear(child, bits=bits, block_size=block_size,
-                                                            symmetric=symmetric, config=config))
+                    targets.append((full, parent, child_name, child))
+    kw = dict(bits=bits, block_size=block_size, symmetric=symmetric, config=config)
+    built = []
+    for full, parent, child_name, child in targets:  # build all first: a refused layer leaves the model unchanged
+        try:
+            if tp_group is not None and child_name in column_parallel:
+                q = ColumnParallelQuantLinear.from_linear(child, **kw, tp_group=tp_group, gather_output=False)
+            elif tp_group is not None and child_name in row_parallel:
+                q = RowParallelQuantLinear.from_linear(child, **kw, tp_group=tp_group, input_is_parallel=True)
+            else:
+                q = QuantLinear.from_linear(child, **kw)
+        except ValueError as e:
+            raise ValueError(f"quantize_model_: layer '{full}': {e}") from e
+        built.append((parent, child_name, q))
+    for parent, child_name, q in built:
+        setattr(parent, child_name, q)
     return model
