@@ -162,6 +162,23 @@ def main():
         err = relative_error(_np(y), y_ref)
         check(err <= 4 * tol, f"sharded block vs float64 oracle of the unsharded model: {err}")
 
+        # ---- per-rank state dicts load into per-rank skeletons; deepcopy keeps the group
+        sk = RowParallelQuantLinear.empty(96, 16, bits=4, block_size=16, symmetric=False, device=dev)
+        check(set(sk.state_dict()) == set(row.state_dict()) == ({"qweight", "scales", "zero_points"} |
+                                                                 ({"bias"} if r == 0 else set())), "row state dict")
+        sk.load_state_dict(row.state_dict())
+        check(all(torch.equal(v, sk.state_dict()[k]) for k, v in row.state_dict().items()), "row skeleton loaded")
+        sk = ColumnParallelQuantLinear.empty(96, 32, bits=4, block_size=16, symmetric=False, device=dev,
+                                             gather_output=True)
+        sk.load_state_dict(col.state_dict())
+        check(sk.out_features == 32 // w and torch.equal(sk.qweight, col.qweight), "column skeleton loaded")
+        dup = copy.deepcopy(col)
+        check(dup.tp_group is col.tp_group and torch.equal(dup.qweight, col.qweight), "deepcopy")
+        B, s, zp = (getattr(full, n) for n in ("qweight", "scales", "zero_points"))
+        ff = RowParallelQuantLinear.from_full(B, s, zp, full.bias, in_features=96, out_features=16, bits=4,
+                                              block_size=16)
+        check(ff.qweight.device == B.device and torch.equal(ff.zero_points, row.zero_points), "from_full")
+
         # ---- uneven splits are refused, naming the layer, the dimension, the world size and the rule
         if w > 1:
             expect_value_error(lambda: ColumnParallelQuantLinear.from_linear(nn.Linear(64, 32 * w + 1)),
