@@ -133,12 +133,8 @@ class QuantLinear(nn.Module):
         """Quantize ``linear.weight`` exactly like ONNX Runtime's MatMulNBitsQuantizer (RTN, per block of
         ``block_size`` along in_features; scales in the weight's dtype; packed zero points when
         ``symmetric=False``). in_features need not be a multiple of block_size."""
-        from .formats import quantize
-
         W = linear.weight
-        if W.dtype not in _FLOATS:
-            raise TypeError(f"from_linear: weight dtype must be float32, float16 or bfloat16, got {W.dtype}")
-        B, s, zp = quantize(_to_numpy(W), bits, block_size, symmetric)
+        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
         q = cls(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
                 bits=bits, block_size=block_size, config=config)
         return q.to(W.device)
