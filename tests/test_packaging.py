@@ -76,7 +76,10 @@ def _third_party_imports() -> dict[str, str]:
     """top-level third-party module -> the first file (relative) that imports it at collection; modules a test
     file ``importorskip``s at module level are optional for everything that file reaches."""
     found: dict[str, str] = {}
-    for test_file in sorted((ROOT / "tests").glob("*.py")):
+    # what pytest imports at collection: the test modules and conftest, and the local helper modules they import
+    # (a script that tests only start as a subprocess, such as tp_worker.py, is not imported at collection)
+    roots = [f for f in sorted((ROOT / "tests").glob("*.py")) if f.name.startswith("test_") or f.name == "conftest.py"]
+    for test_file in roots:
         optional = {m.split(".")[0] for m, level in _module_level_imports(test_file) if level == -1}
         seen: set[Path] = set()
         todo = [test_file]
@@ -95,6 +98,8 @@ def _third_party_imports() -> dict[str, str]:
                 top = mod.split(".")[0]
                 if top == "numba_nbits":
                     todo += _package_file(mod)
+                elif not level and (ROOT / "tests" / f"{top}.py").is_file():  # a helper module next to the tests
+                    todo.append(ROOT / "tests" / f"{top}.py")
                 elif top and top not in LOCAL | optional and top not in sys.stdlib_module_names:
                     found.setdefault(top, str(f.relative_to(ROOT)))
     return found
