@@ -275,6 +275,26 @@ class _TensorParallel:
         """The ``torch.distributed`` process group (``None``: the default group)."""
         return self._tp.group
 
+    @classmethod
+    def _sharded(cls, shard_fn, B, scales, zero_points, bias, *, in_features: int, out_features: int, bits: int,
+                 block_size: int, g_idx, config, tp_group, **mode):
+        """This rank's layer from the full tensors, sliced by ``shard_fn`` (``numba_nbits.shard``); ``mode``:
+        the subclass's own keyword (``gather_output`` / ``input_is_parallel``)."""
+        rank, world = _tp_rank_world(tp_group)
+        sh = shard_fn(*_full_tensors(B, scales, zero_points, bias), N=out_features, K=in_features,
+                      bits=bits, block_size=block_size, rank=rank, world=world, g_idx=_to_numpy(g_idx))
+        m = cls(sh.B, sh.scales, sh.zero_points, sh.bias, in_features=sh.K, out_features=sh.N, bits=bits,
+                block_size=block_size, g_idx=sh.g_idx, config=config, tp_group=tp_group, **mode)
+        return m.to(B.device) if isinstance(B, torch.Tensor) else m
+
+    @classmethod
+    def _quantized(cls, linear, bits, block_size, symmetric, config, tp_group, **mode):
+        """Quantize the full ``linear`` (the same bytes on every rank), then ``from_full``; on the weight's device."""
+        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
+        m = cls.from_full(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
+                          bits=bits, block_size=block_size, config=config, tp_group=tp_group, **mode)
+        return m.to(linear.weight.device)
+
 
 class ColumnParallelQuantLinear(_TensorParallel, QuantLinear):
     """Column-parallel ``QuantLinear``: this rank holds output features ``[r*N/w, (r+1)*N/w)`` of the full layer.
@@ -304,23 +324,16 @@ class ColumnParallelQuantLinear(_TensorParallel, QuantLinear):
         (``numba_nbits.shard.shard_columns``); on B's device when B is a torch tensor."""
         from .shard import shard_columns
 
-        rank, world = _tp_rank_world(tp_group)
-        sh = shard_columns(*_full_tensors(B, scales, zero_points, bias), N=out_features, K=in_features,
-                           bits=bits, block_size=block_size, rank=rank, world=world, g_idx=_to_numpy(g_idx))
-        m = cls(sh.B, sh.scales, sh.zero_points, sh.bias, in_features=sh.K, out_features=sh.N, bits=bits,
-                block_size=block_size, g_idx=sh.g_idx, config=config, tp_group=tp_group, gather_output=gather_output)
-        return m.to(B.device) if isinstance(B, torch.Tensor) else m
+        return cls._sharded(shard_columns, B, scales, zero_points, bias, in_features=in_features,
+                            out_features=out_features, bits=bits, block_size=block_size, g_idx=g_idx, config=config,
+                            tp_group=tp_group, gather_output=gather_output)
 
     @classmethod
     def from_linear(cls, linear: "nn.Linear", bits: int = 4, block_size: int = 32, symmetric: bool = True,
                     config=None, *, tp_group=None, gather_output: bool = False) -> "ColumnParallelQuantLinear":
         """Quantize the full ``linear`` like ``QuantLinear.from_linear`` (deterministic: every rank gets the same
         bytes), then keep this rank's exact slice; on the weight's device."""
-        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
-        m = cls.from_full(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
-                          bits=bits, block_size=block_size, config=config, tp_group=tp_group,
-                          gather_output=gather_output)
-        return m.to(linear.weight.device)
+        return cls._quantized(linear, bits, block_size, symmetric, config, tp_group, gather_output=gather_output)
 
     @classmethod
     def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
@@ -384,23 +397,17 @@ class RowParallelQuantLinear(_TensorParallel, QuantLinear):
         whole blocks (``numba_nbits.shard.shard_rows_k``); on B's device when B is a torch tensor."""
         from .shard import shard_rows_k
 
-        rank, world = _tp_rank_world(tp_group)
-        sh = shard_rows_k(*_full_tensors(B, scales, zero_points, bias), N=out_features, K=in_features,
-                          bits=bits, block_size=block_size, rank=rank, world=world, g_idx=_to_numpy(g_idx))
-        m = cls(sh.B, sh.scales, sh.zero_points, sh.bias, in_features=sh.K, out_features=sh.N, bits=bits,
-                block_size=block_size, config=config, tp_group=tp_group, input_is_parallel=input_is_parallel)
-        return m.to(B.device) if isinstance(B, torch.Tensor) else m
+        return cls._sharded(shard_rows_k, B, scales, zero_points, bias, in_features=in_features,
+                            out_features=out_features, bits=bits, block_size=block_size, g_idx=g_idx, config=config,
+                            tp_group=tp_group, input_is_parallel=input_is_parallel)
 
     @classmethod
     def from_linear(cls, linear: "nn.Linear", bits: int = 4, block_size: int = 32, symmetric: bool = True,
                     config=None, *, tp_group=None, input_is_parallel: bool = True) -> "RowParallelQuantLinear":
         """Quantize the full ``linear`` like ``QuantLinear.from_linear`` (same bytes on every rank), then keep
         this rank's exact K slice; on the weight's device."""
-        B, s, zp = _quantize_linear(linear, bits, block_size, symmetric)
-        m = cls.from_full(B, s, zp, linear.bias, in_features=linear.in_features, out_features=linear.out_features,
-                          bits=bits, block_size=block_size, config=config, tp_group=tp_group,
-                          input_is_parallel=input_is_parallel)
-        return m.to(linear.weight.device)
+        return cls._quantized(linear, bits, block_size, symmetric, config, tp_group,
+                              input_is_parallel=input_is_parallel)
 
     @classmethod
     def empty(cls, in_features: int, out_features: int, bits: int = 4, block_size: int = 32, symmetric: bool = True,
