@@ -206,31 +206,22 @@ def cache_stats() -> dict:
 
 
 def build_op(sig: Signature, config=None, seed: int = 0):
-    """A ``MatMulNBits`` of this signature with random codes, scales, zero points, g_idx and bias."""
+    """A ``MatMulNBits`` of this signature with random codes, scales, zero points, g_idx and bias (the perf
+    harness's ``random_weights``, plus the typed zero points, g_idx and flat prepacked B it does not make)."""
     import numpy as np
 
+    from .arrays import np_dtype
     from .op import MatMulNBits
+    from .perf.subjects import random_weights
 
-    rng = np.random.default_rng(seed)
-    kb = -(-sig.K // sig.block_size)
-    dt = {"float16": np.float16, "float32": np.float32}.get(sig.dtype)
-    if dt is None:
-        import ml_dtypes
-
-        dt = ml_dtypes.bfloat16
-    blob = sig.block_size * sig.bits // 8
-    B = np.frombuffer(rng.bytes(sig.N * kb * blob), np.uint8).copy()  # prepacked B: the flat bytes
-    if not sig.weight_prepacked:
-        B = B.reshape(sig.N, kb, blob)
-    scales = (rng.uniform(0.5, 1.5, (sig.N, kb)).astype(np.float32) / (np.sqrt(sig.K) * (1 << sig.bits))).astype(dt)
-    zp = None
-    if sig.zp == "packed":
-        zp = np.frombuffer(rng.bytes(sig.N * (-(-kb * sig.bits // 8))), np.uint8).reshape(sig.N, -1).copy()
-    elif sig.zp == "typed":
-        zp = np.full((sig.N, kb), (1 << (sig.bits - 1)), np.float32).astype(dt)
+    w = random_weights(sig.N, sig.K, sig.bits, sig.block_size, sig.dtype, "packed" if sig.zp == "packed" else "none",
+                       sig.bias, np.random.default_rng(seed))
+    B = w.B.reshape(-1) if sig.weight_prepacked else w.B  # prepacked B: the flat bytes
+    zp = w.zero_points
+    if sig.zp == "typed":
+        zp = np.full(w.scales.shape, 1 << (sig.bits - 1), np.float32).astype(np_dtype(sig.dtype))
     g_idx = (np.arange(sig.K, dtype=np.int32) // sig.block_size) if sig.g_idx else None
-    bias = rng.uniform(-1, 1, sig.N).astype(np.float32).astype(dt) if sig.bias else None
-    return MatMulNBits(B, scales, zp, g_idx, bias, K=sig.K, N=sig.N, bits=sig.bits, block_size=sig.block_size,
+    return MatMulNBits(B, w.scales, zp, g_idx, w.bias, K=sig.K, N=sig.N, bits=sig.bits, block_size=sig.block_size,
                        accuracy_level=sig.accuracy_level, weight_prepacked=sig.weight_prepacked, config=config)
 
 
