@@ -33,6 +33,14 @@ def _make(rng, N, K, bs, dtype, M, bits=4, zp_kind="none"):
     return w, A, ref
 
 
+def _fp16_case(rng, N, K, bs, M):
+    """Symmetric 4-bit ORT bytes of a random fp16 (N, K) weight, an fp16 (M, K) A and the oracle."""
+    W = rng.standard_normal((N, K)).astype(np.float16)
+    B, sc, zp = quantize(W, 4, bs, symmetric=True)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
+    return B, sc, zp, A, matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+
+
 def _problem(w, M, **kw):
     return Problem(M=M, N=w.N, K=w.K, bits=w.bits, block_size=w.block_size, dtype=w.dtype, zero_points=w.zp_kind,
                    **kw)
@@ -108,20 +116,7 @@ from numba_nbits.dispatch.profiler import Candidate, TacticProfiler  # noqa: E40
 from numba_nbits.dispatch.select import select  # noqa: E402
 from numba_nbits.kernels import fpa_intb, gemv_tactics  # noqa: E402
 
-ON = load_config({}, {"ep.cuda.fpa_intb_gemm": "1"})
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tactics():
-    prof.clear_shared_cache()
-    yield
-    prof.clear_shared_cache()
-
-
-def P(**kw):
-    base = dict(M=1, N=4096, K=4096, bits=4, block_size=64, dtype="float16")
-    base.update(kw)
-    return Problem(**base)
+from test_fpa_intb import ON, P, _fresh_tactics  # noqa: E402, F401 (the profiler-cache fixture is autouse here too)
 
 
 def labels(p, cfg=ON, prepacked=False):
@@ -206,10 +201,7 @@ def test_paired_k_tactic_splits_k_over_a_pair():
 def test_paired_k_force_runs_it_end_to_end(rng):
     # the simulator times nothing; a single candidate needs no timing, so "force" runs the paired-K kernel
     N, K, bs, M = 64, 256, 32, 6
-    W = rng.standard_normal((N, K)).astype(np.float16)
-    B, sc, zp = quantize(W, 4, bs, symmetric=True)
-    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
-    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    B, sc, zp, A, ref = _fp16_case(rng, N, K, bs, M)
     op = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs, environ={},
                         config={"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.fpa_intb_gemv_paired_k": "force"})
     assert op.route(M) == "fpa_intb"
@@ -357,10 +349,7 @@ def test_gpu_wave_aware(rng, N, K, bs, M, bits, dtype):
 @requires_gpu
 def test_gpu_m_chunked(rng):
     N, K, bs, M = 4096, 4096, 64, 100
-    W = rng.standard_normal((N, K)).astype(np.float16)
-    B, sc, zp = quantize(W, 4, bs, symmetric=True)
-    A = (rng.standard_normal((M, K)) * 0.5).astype(np.float16)
-    ref = matmul_nbits_ref(A, B, sc, zp, K=K, N=N, bits=4, block_size=bs)
+    B, sc, zp, A, ref = _fp16_case(rng, N, K, bs, M)
     op = nb.MatMulNBits(B, sc, zp, None, None, K=K, N=N, bits=4, block_size=bs,
                         environ={"ORT_MATMULNBITS_FORCE_CHUNKED": "1"},
                         config={"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.matmul_nbits_m_chunk_size": 40})
