@@ -26,8 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--asymmetric", action="store_true", help="quantize with zero points")
     args = p.parse_args(argv)
     if "NUMBA_ENABLE_CUDASIM" not in os.environ:  # an entry point may choose; the library never does
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
-        if not gpu_present():
+        gpu = gpu_present()
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu else "1"
+        if not gpu:
             print("no CUDA GPU found: running on numba's CUDA simulator (slow; default shape N=64 K=128)",
                   file=sys.stderr)
     sim = os.environ["NUMBA_ENABLE_CUDASIM"] == "1"

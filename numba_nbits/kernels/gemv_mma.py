@@ -1107,7 +1107,6 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     exec(compile(src, f"<{name}>", "exec"), ns)
     fn = ns["gemv_mma"]
     fn.__name__ = name
-    fn.__source__ = src
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
                 array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
