@@ -61,6 +61,7 @@ __all__ = [
     "SUPPORTED_BLOCK_SIZES",
     "QuantFormat",
     "FORMATS",
+    "quant_format",
     "k_blocks",
     "blob_size",
     "zp_blob_size",
@@ -161,7 +162,7 @@ def zp_blob_size(k_blocks: int, bits: int) -> int:
 
 def default_zero_point(bits: int) -> int:
     """Zero point used when none is given: ``2^(bits-1)`` (2, 8, 128)."""
-    return 1 << (_check_bits(bits) - 1)
+    return quant_format(bits).default_zero_point
 
 
 class BlockGeometry:
@@ -190,34 +191,65 @@ class BlockGeometry:
 
 @dataclass(frozen=True)
 class QuantFormat:
-    """A (bits, block_size) pair with its derived sizes."""
+    """One bit width of the operator: how its codes sit in a byte and what a kernel needs to decode them.
+
+    Every consumer (the packers, the oracle, each kernel family's code generator) reads these fields
+    instead of branching on ``bits``; a family that lays codes out its own way keys its layout
+    tables by ``QuantFormat``. Adding a bit width means adding its entry to ``FORMATS``.
+    """
 
     bits: int
-    block_size: int
 
     def __post_init__(self) -> None:
         _check_bits(self.bits)
-        _check_block_size(self.block_size)
-
-    @property
-    def blob_size(self) -> int:
-        return blob_size(self.block_size, self.bits)
-
-    @property
-    def default_zero_point(self) -> int:
-        return default_zero_point(self.bits)
 
     @property
     def codes_per_byte(self) -> int:
+        """Codes packed into one byte, low bits first (``8 / bits``)."""
         return 8 // self.bits
 
     @property
+    def codes_per_word(self) -> int:
+        """Codes in one 32-bit word (``32 / bits``)."""
+        return 32 // self.bits
+
+    @property
     def max_code(self) -> int:
+        """The largest code, ``2^bits - 1``."""
         return (1 << self.bits) - 1
 
+    @property
+    def code_mask(self) -> int:
+        """Mask of one code in the low bits of a byte (``max_code``)."""
+        return self.max_code
 
-#: Every format the CPU reference of ORT accepts: bits {2,4,8} x block {16..256}.
-FORMATS = tuple(QuantFormat(b, bs) for b in SUPPORTED_BITS for bs in SUPPORTED_BLOCK_SIZES)
+    @property
+    def default_zero_point(self) -> int:
+        """Zero point used when the zero_points input is absent: ``2^(bits-1)`` (2, 8, 128)."""
+        return 1 << (self.bits - 1)
+
+    @property
+    def pair_mask(self) -> int:
+        """A code in the low bits of both 16-bit halves of a word (``0x000F000F`` for 4-bit), the mask of
+        the magic-number decode that turns two codes into two half-precision values at once."""
+        return self.max_code * 0x10001
+
+    def blob_size(self, block_size: int) -> int:
+        """Bytes per block of B: ``block_size * bits / 8``."""
+        return blob_size(block_size, self.bits)
+
+    def zp_row_bytes(self, k_blocks: int) -> int:
+        """Bytes per row of packed zero points: ``ceil(k_blocks * bits / 8)``."""
+        return zp_blob_size(k_blocks, self.bits)
+
+
+#: One ``QuantFormat`` per supported bit width.
+FORMATS = {b: QuantFormat(b) for b in SUPPORTED_BITS}
+
+
+def quant_format(bits) -> QuantFormat:
+    """The ``QuantFormat`` of ``bits`` (2, 4 or 8); raises ValueError naming the value otherwise."""
+    return FORMATS[_check_bits(bits)]
 
 
 # --------------------------------------------------------------------------------------------

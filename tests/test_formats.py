@@ -38,13 +38,15 @@ def test_sizes():
 
 
 def test_quant_format():
-    f = fm.QuantFormat(4, 32)
-    assert (f.blob_size, f.default_zero_point, f.codes_per_byte, f.max_code) == (16, 8, 2, 15)
-    assert len(fm.FORMATS) == 15 and fm.QuantFormat(2, 16) in fm.FORMATS
+    f = fm.quant_format(4)
+    assert (f.blob_size(32), f.default_zero_point, f.codes_per_byte, f.codes_per_word, f.max_code) == (16, 8, 2, 8, 15)
+    assert f.pair_mask == 0x000F000F and fm.quant_format(2).pair_mask == 0x00030003
+    assert fm.quant_format(8).zp_row_bytes(3) == 3 and fm.quant_format(2).zp_row_bytes(5) == 2
+    assert sorted(fm.FORMATS) == list(BITS) and all(fm.FORMATS[b].bits == b for b in BITS)
     with pytest.raises(Exception):
         f.bits = 8  # frozen
     with pytest.raises(ValueError, match="bits should be 2, 4 or 8, got 3"):
-        fm.QuantFormat(3, 32)
+        fm.quant_format(3)
 
 
 # ---------------------------------------------------------------- hand-written bytes

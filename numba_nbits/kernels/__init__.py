@@ -1,0 +1,27 @@
+"""The kernel families behind the dispatch routes.
+
+``family(name)`` imports the module of a route's family on first use (importing this package compiles
+and imports nothing) and returns the ``KernelFamily`` record it exports as ``FAMILY``.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: a route's family name -> the module (relative to this package) that exports its ``FAMILY``
+FAMILY_MODULES = {
+    "fpa_intb": ".fpa_intb",
+    "router": ".router",
+    "gemv_w4": ".gemv_w4",
+    "gemv_w8": ".gemv_w8",
+    "gemv_w2": ".gemv_w2",
+    "dequant": ".dequant",
+}
+
+
+def family(name: str):
+    """The ``KernelFamily`` of the route family ``name`` (a key of ``FAMILY_MODULES``)."""
+    try:
+        module = FAMILY_MODULES[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel family {name!r}; families are {', '.join(FAMILY_MODULES)}") from None
+    return importlib.import_module(module, __name__).FAMILY

@@ -1,0 +1,59 @@
+"""What every kernel family gives the dispatcher: a ``KernelFamily`` record and plans built on ``Plan``.
+
+A route (``dispatch/routes.py``) names a family. The family says whether its kernels can serve a
+problem (``supports``: the kernel's own needs, beyond the spec's guards that the route already
+checked) and builds the plan for one M (``build(weights, problem, config, route)``). The plan holds
+its launches with their parameters pre-packed; ``run`` rewrites the A / Y pointers and launches them.
+
+When the route serves bias with the separate bias-add kernel (ORT's "retry without bias"), the
+dispatcher attaches that launch to the plan once with ``add_bias``; ``run`` then follows the
+family's launches with it. Nothing else in the package wires bias.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class Plan:
+    """Base of every family's plan for one (problem, M).
+
+    Subclasses set ``route``, ``kernel`` (the kernel's name) and ``tactic`` (its launch shape, or
+    ``"n/a"``) and implement ``enqueue``; ``debug_fields`` feeds the ``ORT_FPA_INTB_DEBUG`` line.
+    """
+
+    route: str = ""
+    kernel: str = ""
+    tactic: str = "n/a"
+    bias_launch: Any = None
+
+    def enqueue(self, a, out, stream: int) -> None:
+        """Launch the family's kernels for activation ``a`` (M, K) into ``out`` (M, N) on ``stream``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement enqueue(a, out, stream)")
+
+    def run(self, a, out, stream: int) -> None:
+        """``enqueue``, then the attached bias-add launch (if any) on the same stream."""
+        self.enqueue(a, out, stream)
+        b = self.bias_launch
+        if b is not None:
+            b.set_array(0, out.flat())
+            b.launch(stream)
+
+    def add_bias(self, launch) -> None:
+        """Attach the bias-add launch (argument 0 is pointed at each call's Y by ``run``)."""
+        self.bias_launch = launch
+
+    def debug_fields(self) -> dict:
+        """``name -> value`` pairs for the fpA_intB debug line."""
+        return {"kernel": self.kernel, "tactic": self.tactic}
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """A family of kernels as the dispatcher sees it."""
+
+    name: str
+    #: ``supports(problem) -> bool``: whether the family's kernels can serve the problem
+    supports: Callable[[Any], bool]
+    #: ``build(weights, problem, config, route) -> Plan`` for one M; ``route`` is the dispatch route's name
+    build: Callable[..., Plan]
