@@ -62,8 +62,43 @@ def pytest_cmdline_main(config):
     if n:
         opt.numprocesses = n
         if getattr(opt, "dist", "no") == "no":
-            opt.dist = "worksteal"
+            opt.dist = "load"  # hands out the collection in order: heavy tests (sorted first) start first
     return None
+
+
+#: Test functions that take tens of seconds each on a GPU with a cold kernel cache (profiling every fpA_intB
+#: tactic, the fuzz shards, sweeps over many kernel specialisations). ``pytest_collection_modifyitems`` runs
+#: them first, so that parallel workers start the long ones early instead of finishing on them.
+HEAVY_TESTS = frozenset({
+    "test_gpu_fpa_intb_matches_oracle", "test_fuzz_vs_oracle", "test_w4_gpu_shapes", "test_fp32_accumulation",
+    "test_bitwise_reproducible", "test_nan_inf_propagation", "test_w4_onehot_decode_exact",
+    "test_mixed_gemm_every_tactic_gpu", "test_mixed_gemm_gpu_m_sweep", "test_mixed_gemm_8bit_matches_reference",
+    "test_op_matches_oracle", "test_w4_small_m", "test_gemv_mma_low_bits", "test_mixed_gemm_split_k",
+})
+
+EXHAUSTIVE_ENV = "NUMBA_NBITS_TEST_EXHAUSTIVE"
+exhaustive = pytest.mark.exhaustive
+
+
+def heavy_first(items: list) -> list:
+    """``items`` with the ``HEAVY_TESTS`` ones first, each group in its collected order."""
+    heavy = [it for it in items if getattr(it, "originalname", it.name) in HEAVY_TESTS]
+    return heavy + [it for it in items if getattr(it, "originalname", it.name) not in HEAVY_TESTS]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "exhaustive: part of the exhaustive GPU matrix; runs only with "
+                            f"{EXHAUSTIVE_ENV}=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heavy tests first (``heavy_first``); cases marked ``exhaustive`` skip unless ``NUMBA_NBITS_TEST_EXHAUSTIVE=1``."""
+    items[:] = heavy_first(items)
+    if os.environ.get(EXHAUSTIVE_ENV, "0") != "1":
+        skip = pytest.mark.skip(reason=f"exhaustive GPU matrix: set {EXHAUSTIVE_ENV}=1 to run it")
+        for it in items:
+            if it.get_closest_marker("exhaustive"):
+                it.add_marker(skip)
 
 
 def pytest_report_header(config):

@@ -1,7 +1,13 @@
-"""The test harness's own knob: ``NUMBA_NBITS_TEST_SKIP_CUBLAS`` (used by gpu_sanitize.sh for initcheck)."""
+"""The test harness's own knobs: ``NUMBA_NBITS_TEST_SKIP_CUBLAS`` (gpu_sanitize.sh's initcheck), the worker
+count, heavy-tests-first ordering and the ``exhaustive`` marker."""
+import pathlib
+import re
+import subprocess
+import sys
+
 import pytest
 
-from conftest import default_workers, refuse_cublas_if_asked
+from conftest import HEAVY_TESTS, default_workers, heavy_first, refuse_cublas_if_asked
 from numba_nbits.dispatch import cublas
 
 
@@ -29,3 +35,41 @@ def test_default_workers():
     for bad in ("-1", "many"):
         with pytest.raises(pytest.UsageError, match="NUMBA_NBITS_TEST_WORKERS"):
             default_workers({"NUMBA_NBITS_TEST_WORKERS": bad}, False, 16, True)
+
+
+class _Item:
+    def __init__(self, name):
+        self.originalname, self.name = name.split("[")[0], name
+
+
+def test_heavy_tests_run_first_in_collected_order():
+    names = ["test_a", "test_fuzz_vs_oracle[0]", "test_b[1]", "test_gpu_fpa_intb_matches_oracle[x]",
+             "test_fuzz_vs_oracle[1]", "test_c"]
+    got = [it.name for it in heavy_first([_Item(n) for n in names])]
+    assert got == ["test_fuzz_vs_oracle[0]", "test_gpu_fpa_intb_matches_oracle[x]", "test_fuzz_vs_oracle[1]",
+                   "test_a", "test_b[1]", "test_c"]
+
+
+def test_every_heavy_test_exists():
+    here = pathlib.Path(__file__).parent
+    defined = {m for f in here.glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
+    assert not HEAVY_TESTS - defined, f"HEAVY_TESTS names no test: {sorted(HEAVY_TESTS - defined)}"
+
+
+def test_exhaustive_cases_skip_unless_asked(tmp_path):
+    (tmp_path / "conftest.py").write_text((pathlib.Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\nfrom conftest import exhaustive\n"
+        "@pytest.mark.parametrize('v', [1, pytest.param(2, marks=exhaustive)])\ndef test_v(v):\n    assert v\n")
+    env = {"NUMBA_ENABLE_CUDASIM": "1", "NUMBA_NBITS_TEST_WORKERS": "0"}
+
+    def run(extra):
+        import os
+
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(tmp_path)],
+                           capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **env, **extra})
+        return r.stdout
+
+    out = run({"NUMBA_NBITS_TEST_EXHAUSTIVE": "0"})
+    assert "1 passed, 1 skipped" in out and "NUMBA_NBITS_TEST_EXHAUSTIVE=1" in out
+    assert "2 passed" in run({"NUMBA_NBITS_TEST_EXHAUSTIVE": "1"})
