@@ -1,6 +1,6 @@
 """Steady-state host time per call of ``MatMulNBits`` (the Python per-call path), by input kind.
 
-    PYTHONPATH=. python perf/bench_host.py [--tiny] [--calls 2000] [--batches 5]
+    python -m benchmarks.bench_host [--tiny] [--calls 2000] [--batches 5]
 
 Two detailed cases: a GEMV route (4096x4096, 4-bit, block 128, fp16, M=1; dispatch's choice,
 ``gemv_*``) and the dequant + cuBLAS route (same weights, M=64, forced with
@@ -43,7 +43,6 @@ import sys
 import time
 
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ:
     from numba_nbits.probe import gpu_present

@@ -1,21 +1,23 @@
-"""GPU benchmark of the mixed GEMM (kernels/mixed_gemm.py) for 4-bit and 8-bit B, every tactic, against
-dequantize + cuBLAS (the ``dequant_cublas`` route's plan) and fp16 dense cuBLAS, fp16, block 128.
+"""GPU benchmark of the mixed GEMM (``numba_nbits.kernels.mixed_gemm``) for 4-bit and 8-bit B, every
+tactic, against dequantize + cuBLAS (the ``dequant_cublas`` route's plan) and fp16 dense cuBLAS, fp16,
+block 128.
 
-    python perf/bench_mixed_gemm.py            (GPU; about 2-4 minutes on an H200, most of it compiling)
-    python perf/bench_mixed_gemm.py --tiny     (one tiny shape; runs on the simulator: checks the logic)
+    python -m benchmarks.bench_mixed_gemm          (GPU; about 2-4 minutes on an H200, most of it compiling)
+    python -m benchmarks.bench_mixed_gemm --tiny   (one tiny shape; runs on the simulator: checks the logic)
     options: --tactics m16,m64  (a subset)   --shapes 4096x4096,...   --ms 16,256   --bits 8
 
 Shapes (N x K): 4096x4096, 14336x4096, 28672x8192, 128256x4096; M in 16 .. 4096.
 
-Method (shared with perf/bench_mma.py, whose helpers this reuses): the constant operands of every
-subject are copied on the device until the copies exceed twice the H200's 60 MB L2
-(``numba_nbits.perf.metrics.rotation_copies``), and launches rotate through them so each launch
-streams its weights from HBM. The mixed GEMM rotates its prepacked B + scales (its launch rebound to
-each copy), dequantize + cuBLAS rotates whole plans (weights + their fp16 scratch), dense cuBLAS
-rotates fp16 W copies. Every launch is bracketed by CUDA events on the legacy default stream (the
-one every subject launches on); the row gives the median over ``reps`` launches after a warm-up
-(reps sized so one row costs about 0.1 s of GPU time, 5 to 20; the first, compiling call of a
-row is the checked one and is not timed). The dense W is the dequantized W
+Method: the constant operands of every subject are copied on the device until the copies exceed
+twice the device's L2 (``numba_nbits.perf.metrics.rotation_copies``), and launches rotate through
+them so each launch streams its weights from HBM. The mixed GEMM rotates its prepacked B + scales (its
+launch rebound to each copy), dequantize + cuBLAS rotates whole plans (weights + their fp16 scratch),
+dense cuBLAS rotates fp16 W copies. Timing goes through the perf harness (``numba_nbits.perf.harness``)
+on its stream: ``estimate_us`` (a warm-up pass over the copies, then a timed one) sizes the batches,
+``events_us`` times batches of back-to-back calls (at least one whole rotation and 40 us) between CUDA
+events, and the row gives the median per call (batches sized so one row costs about 0.1 s of GPU
+time, 5 to 20 of them; the first, compiling call of a row is the checked one and is not timed). The
+dense W is the dequantized W
 (copied from the dequant plan's scratch), so every row is checked against the float64 oracle
 (``reference.matmul_nbits_ref``) on a sample: output rows < 16 and the first and last 64 columns.
 
@@ -34,55 +36,58 @@ import os
 import sys
 import time
 
-os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(_HERE, ".."))
-sys.path.insert(0, _HERE)
+from numba_nbits.perf.harness import Budget, Rotation, batch_size, estimate_us, events_us, sample_count
 
-import numpy as np  # noqa: E402
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+import numpy as np
 
 SHAPES = [(4096, 4096), (14336, 4096), (28672, 8192), (128256, 4096)]
 MS = [16, 32, 64, 128, 256, 512, 1024, 4096]
 BITS = (4, 8)
 BLOCK = 128
 DTYPE = "float16"
-L2_BYTES = 60 << 20
-ROW_GPU_S = 0.1  # GPU seconds one timed row may take (sets reps; keeps the full run under 4 minutes)
+ROW_BUDGET = Budget(target_ms=100.0, min_samples=5, max_samples=20)  # ~0.1 s of GPU time per timed row
 TINY = dict(shapes=[(16, 128)], ms=[3])
 COLUMNS = ["shape", "M", "bits", "block", "route/tactic", "us", "TFLOP/s", "TB/s", "rel_err"]
 TOL = 2e-3  # reference.TOLERANCES["float16"]
 
 
-class Timer:
-    """Median launch time in microseconds: CUDA events on a GPU, the host clock on the simulator."""
+def _time(be, launches, checked_us: float) -> float:
+    """Median microseconds per call of ``launches`` (one callable ``fn(stream)`` per rotated copy,
+    already run once, in ``checked_us``: compiled), through the harness. The simulator reports that
+    first call (each takes seconds; the number means nothing there)."""
+    if be.simulated:
+        return checked_us
+    subject = Rotation(lambda i, s: launches[i](s), len(launches))
+    est = estimate_us(be, subject)
+    n = batch_size(subject.copies, est, ROW_BUDGET)
+    return events_us(be, subject, n, sample_count(n, est, ROW_BUDGET))[1]
 
-    def __init__(self, sim: bool):
-        self.sim = sim
 
-    def _once(self, fn) -> float:
-        from numba import cuda
+def _dev_copy(d, n):
+    """n independent device copies of DevArray d (d itself first)."""
+    from numba import cuda
 
-        if self.sim:
-            t0 = time.perf_counter()
-            fn()
-            return (time.perf_counter() - t0) * 1e6
-        e0, e1 = cuda.event(), cuda.event()
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) * 1e3
+    from numba_nbits.arrays import DevArray
 
-    def __call__(self, launches, checked_us: float) -> float:
-        """``launches``: zero-argument callables, one per rotated copy (already run once, in
-        ``checked_us``: compiled). The simulator reports that first call (each takes seconds)."""
-        if self.sim:
-            return checked_us
-        from bench_mma import _events_time
+    out = [d]
+    if isinstance(d.owner, np.ndarray):  # simulator
+        return out + [DevArray(0, d.shape, d.strides, d.dtype, d.owner.copy()) for _ in range(n - 1)]
+    for _ in range(n - 1):
+        raw = cuda.device_array(d.nbytes, np.uint8)
+        raw.copy_to_device(d.owner)
+        out.append(DevArray(raw.__cuda_array_interface__["data"][0], d.shape, d.strides, d.dtype, raw))
+    return out
 
-        est = self._once(launches[-1])  # warm-up doubles as the estimate
-        reps = int(min(20, max(5, ROW_GPU_S * 1e6 / max(est, 1.0))))
-        return _events_time(launches, iters=reps, warmup=1 if est > 5000 else min(3, len(launches)))
+
+def _clone_launch(plan, replace):
+    """The plan's launch bound again with array arguments replaced ({index: DevArray})."""
+    L = plan._launch
+    args = list(L._args)
+    for i, v in replace.items():
+        args[i] = v
+    return plan._kernel.bind(L.grid, L.block, args, L.shared_mem)
 
 
 def _host_weights(rng, N, K, bits):
@@ -101,10 +106,11 @@ def _row(rows, shape, M, bits, subject, us, nbytes, err):
     print(f"  {subject:<22} M={M:<5} {us:10.1f} us  err={err if err is None else f'{err:.1e}'}{ok}", flush=True)
 
 
-def _dense_runner(sim, M, N, K, W_list, a, y, handle):
-    """One callable per rotated fp16 W: Y = A @ W^T (torch.matmul if torch has CUDA, else cuBLAS via nvmath)."""
-    if sim:
-        def host(W=W_list[0]):
+def _dense_runner(be, M, N, K, W_list, a, y, handle):
+    """One callable ``fn(stream)`` per rotated fp16 W: Y = A @ W^T (torch.matmul on the harness's stream
+    if torch has CUDA, else cuBLAS via nvmath)."""
+    if be.simulated:
+        def host(stream, W=W_list[0]):
             y.host_view()[...] = (a.host_view().astype(np.float32) @ W.host_view().reshape(N, K).astype(np.float32).T
                                   ).astype(np.float16)
         return [host], "dense_fp16/numpy(sim)"
@@ -115,16 +121,19 @@ def _dense_runner(sim, M, N, K, W_list, a, y, handle):
             raise ImportError("torch without CUDA")
         at = torch.as_tensor(_cai(a, (M, K)), device="cuda")
         yt = torch.as_tensor(_cai(y, (M, N)), device="cuda")
-        fns = []
-        for W in W_list:
-            wt = torch.as_tensor(_cai(W, (N, K)), device="cuda").t()
-            fns.append(lambda wt=wt: torch.matmul(at, wt, out=yt))
-        return fns, "dense_fp16/torch"
+        ext = torch.cuda.ExternalStream(be.stream)
+
+        def mm(stream, wt):
+            with torch.cuda.stream(ext):
+                torch.matmul(at, wt, out=yt)
+
+        return [(lambda stream, wt=torch.as_tensor(_cai(W, (N, K)), device="cuda").t(): mm(stream, wt))
+                for W in W_list], "dense_fp16/torch"
     except ImportError:
         from numba_nbits.dispatch import cublas
 
-        return [(lambda W=W: cublas.gemm(handle, 0, M, N, K, W.ptr, K, a.ptr, y.ptr, N, "float16", False, 0))
-                for W in W_list], "dense_fp16/cublas"
+        return [(lambda stream, W=W: cublas.gemm(handle, stream, M, N, K, W.ptr, K, a.ptr, y.ptr, N, "float16", False,
+                                                 0)) for W in W_list], "dense_fp16/cublas"
 
 
 class _cai:
@@ -136,14 +145,11 @@ class _cai:
         self._keep = d
 
 
-def _checked(fn, sim):
-    """Run ``fn`` once (compiling on first use) and return its host microseconds (after a sync)."""
-    from numba import cuda
-
+def _checked(be, fn):
+    """Run ``fn`` once on the harness's stream (compiling on first use); its host microseconds, synced."""
     t0 = time.perf_counter()
-    fn()
-    if not sim:
-        cuda.synchronize()
+    fn(be.stream)
+    be.sync()
     return (time.perf_counter() - t0) * 1e6
 
 
@@ -162,20 +168,21 @@ def _skip(mg, tac, M, N, K, every):
     return ""
 
 
-def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, rows=None, failed=None):
+def run(shapes, ms, tactics, bits_list=BITS, every=False, skipped=None, rows=None, failed=None):
     from numba import cuda
     from numba.cuda.cudadrv import driver as nbdrv
 
-    from bench_mma import _clone_launch, _dev_copy
     from numba_nbits.arrays import device_empty, to_device, to_host
     from numba_nbits.config import Config
     from numba_nbits.dispatch.problem import Problem
     from numba_nbits.kernels import dequant, mixed_gemm
     from numba_nbits.perf.metrics import dense_bytes, nbits_bytes, rotation_copies
     from numba_nbits.reference import matmul_nbits_ref, relative_error
+    from numba_nbits.perf.harness import make_backend
     from numba_nbits.weights import build_weights
 
-    timer = Timer(sim)
+    be = make_backend()
+    sim = be.simulated
     skipped = [] if skipped is None else skipped
     failed = [] if failed is None else failed
     rng = np.random.default_rng(0)
@@ -205,13 +212,14 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
                     Y_d.host_view()[...] = np.nan
                 else:
                     nbdrv.device_memset(Y_d.owner, 0xFF, Y_d.nbytes)
+                    cuda.synchronize()  # the memset's stream is not the harness's
 
             w = build_weights(B, scales, K=K, N=N, bits=bits, block_size=BLOCK, simulated=sim)
             wbytes = nbits_bytes(1, N, K, bits, BLOCK, DTYPE).constant
             print(f"## {N}x{K} {bits}-bit g{BLOCK}: {wbytes / 1e6:.0f} MB weights+scales "
                   f"(setup {time.perf_counter() - t0:.1f}s)", flush=True)
             # ---- mixed GEMM, every tactic
-            R = 1 if sim else max(2, rotation_copies(wbytes, L2_BYTES))
+            R = 1 if sim else max(2, rotation_copies(wbytes, be.l2_bytes))
             copies = None
             for tname in tactics:
                 for M in ms:
@@ -226,7 +234,7 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
                             copies = (_dev_copy(plan.packed.bq, R), _dev_copy(plan.packed.scales, R))
                         a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
                         poison(M)
-                        t_chk = _checked(lambda: plan.run(a, y, 0), sim)  # compiles once per tactic
+                        t_chk = _checked(be, lambda s: plan.run(a, y, s))  # compiles once per tactic
                         err = err_of(M)
                         launches = []
                         for r in range(R):
@@ -234,7 +242,7 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
                             L.set_array(0, a.view(np.uint32, (M * K // 2,)))
                             L.set_array(6, y.view(np.float16, (M * N,)))
                             launches.append(L.launch)
-                        us = timer(launches, t_chk)
+                        us = _time(be, launches, t_chk)
                     except Exception as e:  # noqa: BLE001 - reported, counted, exit status 1
                         failed.append(f"{N}x{K} {bits}-bit M={M} {tname}: {type(e).__name__}: {e}")
                         print("  FAILED " + failed[-1], flush=True)
@@ -244,7 +252,7 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
             del copies
             # ---- dequantize + cuBLAS: R plans over R weight copies (each with its own fp16 scratch)
             scratch_bytes = N * K * 2
-            Rq = 1 if sim else max(1, rotation_copies(wbytes + scratch_bytes, L2_BYTES))
+            Rq = 1 if sim else max(1, rotation_copies(wbytes + scratch_bytes, be.l2_bytes))
             ws = [w] + [build_weights(B, scales, K=K, N=N, bits=bits, block_size=BLOCK, simulated=sim)
                         for _ in range(Rq - 1)]
             plans = [dequant.build(wi, Problem(M=ms[0], N=N, K=K, bits=bits, block_size=BLOCK, dtype=DTYPE),
@@ -252,14 +260,14 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
             for M in ms:
                 a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
                 poison(M)
-                t_chk = _checked(lambda: plans[0].run(a, y, 0), sim)
+                t_chk = _checked(be, lambda s: plans[0].run(a, y, s))
                 err = err_of(M)
-                us = timer([lambda pl=pl, a=a, y=y: pl.run(a, y, 0) for pl in plans], t_chk)
+                us = _time(be, [lambda s, pl=pl, a=a, y=y: pl.run(a, y, s) for pl in plans], t_chk)
                 nb = nbits_bytes(M, N, K, bits, BLOCK, DTYPE).total
                 _row(rows, (N, K), M, bits, "dequant_cublas", us, nb, err)
             # ---- fp16 dense cuBLAS on the dequantized W (once per shape: the 4-bit pass)
             if bits == bits_list[0]:
-                Rd = 1 if sim else max(1, rotation_copies(N * K * 2, L2_BYTES))
+                Rd = 1 if sim else max(1, rotation_copies(N * K * 2, be.l2_bytes))
                 Wd = []
                 for _ in range(Rd):
                     Wc = device_empty((N * K,), np.float16, sim)
@@ -271,11 +279,11 @@ def run(shapes, ms, tactics, sim, bits_list=BITS, every=False, skipped=None, row
                 dense_rows = []
                 for M in ms:
                     a, y = A_d.offset(0, (M, K)), Y_d.offset(0, (M, N))
-                    fns, label = _dense_runner(sim, M, N, K, Wd, a, y, handle)
+                    fns, label = _dense_runner(be, M, N, K, Wd, a, y, handle)
                     poison(M)
-                    t_chk = _checked(fns[0], sim)
+                    t_chk = _checked(be, fns[0])
                     err = err_of(M)
-                    us = timer(fns, t_chk)
+                    us = _time(be, fns, t_chk)
                     dense_rows.append((M, label, us, dense_bytes(M, N, K, DTYPE).total, err))
                 del Wd
             for (M, label, us, nb, err) in dense_rows:  # the same dense rows serve both bits
@@ -343,7 +351,7 @@ def main(argv=None):
     out_dir = os.environ.get("OUT") or "."
     path = os.path.join(out_dir, "bench_mixed_gemm.csv")
     try:
-        run(shapes, ms, tactics, sim, bits_list, args.every, skipped, rows, failed)
+        run(shapes, ms, tactics, bits_list, args.every, skipped, rows, failed)
     finally:  # the rows measured so far, whatever happens
         with open(path, "w", newline="") as fh:
             wr = csv.DictWriter(fh, fieldnames=COLUMNS)

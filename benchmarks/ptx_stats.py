@@ -1,9 +1,11 @@
-"""Registers, spills and occupancy of gemv_mma specialisations and mixed-GEMM tactics, without a GPU.
+"""Registers, spills and occupancy of GEMV specialisations and mixed-GEMM tactics, without a GPU.
 
-    PYTHONPATH=. python perf/ptx_stats.py t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 t1w8u1,128,1,f16,8 ...
+    python -m benchmarks.ptx_stats t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 t1w8u1,128,1,f16,8 ...
                                                         (tag,block,m-tiles[,f16|bf16[,bits]])
-    PYTHONPATH=. python perf/ptx_stats.py --sweep [--bits 8]  (every specialisation of perf/sweep_gemv_m1.py)
-    PYTHONPATH=. python perf/ptx_stats.py --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
+    python -m benchmarks.ptx_stats --sweep [--bits 8]  (every specialisation of benchmarks/sweep_gemv_m1.py)
+    python -m benchmarks.ptx_stats --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
+    python -m benchmarks.ptx_stats --cuda-core   (every M tile of the CUDA-core gemv_w2 (block 64) and
+                                                  gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
 
 numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
 lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
@@ -135,7 +137,31 @@ def mixed_stats(tactic: str, bits: int = 4, dtype: str = "float16", bs: int = 12
     return out
 
 
+def cuda_core_stats(K: int = 4096):
+    """One line per M tile of the CUDA-core 2-bit (block 64) and 8-bit (block 128) GEMVs at ``K``: the
+    ptxas figures, the row's 16-byte chunks, the A tile (chunks staged per pass), its shared memory
+    and the resident blocks per SM."""
+    _fake_device()
+    from numba_nbits.kernels import gemv_common as gc, gemv_w2, gemv_w8
+
+    for mod, bits, bs in ((gemv_w2, 2, 64), (gemv_w8, 8, 128)):
+        for mt, (r, u, warps) in mod.SHAPES.items():
+            row_bytes = K * bits // 8
+            cb = gc.chunk_bytes_for(row_bytes)
+            spec = gc.Spec(act="float16", bits=bits, block_size=bs, zp_kind="none", chunk_bytes=cb, mt=mt, r=r,
+                           u=max(1, min(u, -(-(row_bytes // cb) // 32))), warps=warps)
+            t = time.time()
+            st = ptxas_stats(_kernel_ptx(gc.kernel_for(spec)))
+            tile = gc.tile_chunks_for(row_bytes // cb, mt, spec.pad)
+            smem = mt * tile * spec.pad * 4
+            print(spec.name, st, f"row_chunks={row_bytes // cb} tile={tile} smem={smem}",
+                  f"blocks/SM={occupancy(st.get('regs', 0), smem, warps)}", f"{time.time() - t:.1f}s", flush=True)
+
+
 def main(argv):
+    if "--cuda-core" in argv:
+        cuda_core_stats()
+        return
     if "--mixed" in argv:
         from numba_nbits.kernels import mixed_gemm as MG
 
@@ -149,8 +175,7 @@ def main(argv):
         return
     specs = []
     if "--sweep" in argv:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import sweep_gemv_m1 as S
+        from benchmarks import sweep_gemv_m1 as S
 
         S.BITS = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else 4
         specs = [(tag, bs, MT, dt, S.BITS) for (dt, MT, bs, tag) in sorted(S.plan_specs(False))]

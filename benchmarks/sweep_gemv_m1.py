@@ -1,8 +1,8 @@
-"""Small-M (decode) GEMV tactic sweep for ``kernels/gemv_mma.py`` (issue "GEMV family").
+"""Small-M (decode) GEMV tactic sweep for the tensor-core GEMV (``numba_nbits.kernels.gemv_mma``).
 
-On the GPU machine, from the repository root (about 3 minutes on an H200, compilation included)::
+On a GPU machine, from the repository root (about 3 minutes on an H200, compilation included)::
 
-    PYTHONPATH=. OUT=/some/dir python perf/sweep_gemv_m1.py
+    OUT=/some/dir python -m benchmarks.sweep_gemv_m1
 
 Cases: 4-bit, no zero points, fp16 A, blocks 32 and 128, N x K in 4096x4096, 14336x4096,
 4096x14336, 28672x8192, 8192x28672, 128256x4096, M in 1, 4, 16; plus bf16 at M=1 on 4096x4096
@@ -17,7 +17,8 @@ process ever times. Per case and tactic:
   ``reference.TOLERANCES``;
 * time: ``copies`` copies of the packed weights at different addresses (together >= 2x the L2),
   launches rotating over them captured in one CUDA graph of >= ~1.5 ms of work; median of 5 replays
-  per launch (graph-node overhead included, as in a decode step).
+  per launch (graph-node overhead included, as in a decode step), through the perf harness
+  (``numba_nbits.perf.harness``: ``estimate_us``, ``graph_us``).
 
 Writes ``$OUT/sweep_gemv_m1.json`` (``{"meta":..., "rows": [...]}``) and ``.csv``, prints the best
 tactic per case next to the default's, and the ``TUNED`` table fitted from the run
@@ -48,7 +49,7 @@ BLOCKS = (32, 128)
 BF16_SHAPES = [(4096, 4096), (28672, 8192)]
 BF16_MS = (1,)
 # Candidate tactics (tags, see gemv_mma.Tactic.tag) by (m-tiles, block): MT1 serves M <= 8, MT2 M = 9..16.
-# Chosen with perf/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM; see the gemv_mma
+# Chosen with benchmarks/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM; see the gemv_mma
 # docstring): the original kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps
 # or 8 of 4 = 32 warps per SM) while holding more bytes in flight, then split-K for small N / tails.
 _OLD = ["t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2"]
@@ -85,18 +86,6 @@ LOW_BIT = {
 BITS = 4
 CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
              "t1w8u1p1b4r3g4"]
-# ORT 1.31.1 CUDA MatMulNBits on the same H200, fp16, symmetric, best of its default chain and fpA_intB
-# (shared/reference/h200-measurements.md): (N, K, block, M) -> us. Printed next to ours for context.
-ORT_US = {
-    (4096, 4096, 32, 1): 6.45, (4096, 4096, 32, 4): 7.47, (4096, 4096, 32, 16): 17.2,
-    (4096, 4096, 128, 1): 6.3, (4096, 4096, 128, 4): 9.05, (4096, 4096, 128, 16): 30.94,
-    (14336, 4096, 32, 1): 13.5, (14336, 4096, 32, 4): 17.55, (14336, 4096, 32, 16): 24.84,
-    (14336, 4096, 128, 1): 13.2, (14336, 4096, 128, 4): 24.39, (14336, 4096, 128, 16): 81.05,
-    (28672, 8192, 32, 1): 38.01, (28672, 8192, 32, 4): 59.82, (28672, 8192, 32, 16): 64.95,
-    (28672, 8192, 128, 1): 43.45, (28672, 8192, 128, 4): 74.98, (28672, 8192, 128, 16): 295.38,
-    (128256, 4096, 32, 1): 83.42, (128256, 4096, 32, 4): 123.51, (128256, 4096, 32, 16): 124.84,
-    (128256, 4096, 128, 1): 95.71, (128256, 4096, 128, 4): 173.07, (128256, 4096, 128, 16): 578.72,
-}
 TINY_SHAPES = [(32, 128)]
 TINY_MS = (1, 4)
 TINY_BLOCKS = (32,)
@@ -195,59 +184,29 @@ def _load_group(tmp, N, K, bs, dtype):
 
 # --------------------------------------------------------------------------------- measuring
 
-class _GPU:
-    """Stream, events and graph capture through the perf harness's CUDA backend (or the simulator)."""
+def time_graph(be, issue_one, copies: int, target_us: float = 1500.0, reps: int = 5):
+    """Median us per launch of ``issue_one(i, stream)`` (rotating over ``copies``) in a CUDA graph of
+    at least ``target_us`` of work (whole rotations, at most 4000 launches), through the perf harness:
+    ``estimate_us`` sizes the graph, ``graph_us`` captures it by stream capture and replays it ``reps``
+    times. On the simulator: the host time of one call (meaningless, exercises the code)."""
+    from numba_nbits.perf.harness import Rotation, estimate_us, graph_us
 
-    def __init__(self):
-        from numba_nbits.perf.harness import make_backend
+    if be.simulated:
+        t = time.perf_counter()
+        issue_one(0, be.stream)
+        return (time.perf_counter() - t) * 1e6, 1
 
-        self.be = make_backend()
-        self.sim = self.be.simulated
+    def capture(n):
+        return be.capture_stream(lambda stream: [issue_one(i % copies, stream) for i in range(n)])
 
-    def l2_bytes(self) -> int:
-        if self.sim:
-            return 0
-        try:
-            d = self.be.d
-            attr = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
-            err, v = d.cuDeviceGetAttribute(attr, d.CUdevice(int(self.be.device_id)))
-            if int(err) == 0 and int(v) > 0:
-                return int(v)
-        except Exception:  # noqa: BLE001
-            pass
-        return 60 << 20
-
-    def time_graph(self, issue_one, copies: int, target_us: float = 1500.0, reps: int = 5):
-        """Median us per launch of ``issue_one(i, stream)`` (rotating over ``copies``) in a CUDA graph."""
-        be = self.be
-        s = be.stream
-        if self.sim:
-            t = time.perf_counter()
-            issue_one(0, s)
-            return (time.perf_counter() - t) * 1e6, 1
-        for i in range(copies):
-            issue_one(i, s)
-        be.sync()
-        e0 = be.record()
-        for i in range(copies):
-            issue_one(i, s)
-        e1 = be.record()
-        est = max(be.elapsed_ms(e0, e1) * 1e3 / copies, 0.5)
-        n = int(min(max(copies, math.ceil(target_us / est)), 4000))
-        n = -(-n // copies) * copies
-        g = be._capture_driver(lambda stream: [issue_one(i % copies, stream) for i in range(n)])
-        try:
-            g.launch()
-            be.sync()
-            samples = []
-            for _ in range(reps):
-                a = be.record()
-                g.launch()
-                z = be.record()
-                samples.append(be.elapsed_ms(a, z) * 1e3 / n)
-        finally:
-            g.close()
-        return float(np.median(samples)), n
+    subject = Rotation(issue_one, copies, capture)
+    est = max(estimate_us(be, subject), 0.5)
+    n = int(min(max(copies, math.ceil(target_us / est)), 4000))
+    n = -(-n // copies) * copies
+    g = graph_us(be, subject, n, reps)
+    if g["graph_note"]:
+        raise RuntimeError(g["graph_note"])
+    return g["us_graph"], n
 
 
 def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print, deadline: float = math.inf,
@@ -261,7 +220,10 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
     from numba_nbits.reference import TOLERANCES, relative_error
     from numba_nbits.weights import build_weights
 
-    gpu = _GPU()
+    from numba_nbits.perf.harness import make_backend
+
+    be = make_backend()
+    sim = be.simulated
     t0 = time.time()
     compile_s = {}
     for (dtype, MT, bs, tag) in specs_cases:  # phase 1: compile (no GPU work besides loading modules)
@@ -283,23 +245,23 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
         for spec, cases in specs_cases.items():
             for c in cases:
                 groups.setdefault(c[:4], set()).add((spec, c[4]))
-        l2 = gpu.l2_bytes()
+        l2 = be.l2_bytes
         for (N, K, bs, dtype), items in sorted(groups.items()):
             D = _load_group(tmp, N, K, bs, dtype)
-            w = build_weights(D["B"], D["sc"], None, K=K, N=N, bits=BITS, block_size=bs, simulated=gpu.sim)
+            w = build_weights(D["B"], D["sc"], None, K=K, N=N, bits=BITS, block_size=bs, simulated=sim)
             n_pad, k_pad, n_super = D["geo"]
 
             def upload():
-                return G.Packed(bq=to_device(D["bq"], gpu.sim), scales=to_device(D["psc"], gpu.sim), zp=None,
+                return G.Packed(bq=to_device(D["bq"], sim), scales=to_device(D["psc"], sim), zp=None,
                                 N_pad=n_pad, K_pad=k_pad, n_super=n_super)
 
             pk0 = upload()
             w.derived(f"gemv_mma_w{BITS}", lambda: pk0)
             per_copy = D["bq"].nbytes + D["psc"].nbytes
-            copies = 1 if gpu.sim else int(min(64, max(1, math.ceil(L2_FACTOR * l2 / per_copy))))
+            copies = 1 if sim else int(min(64, max(1, math.ceil(L2_FACTOR * l2 / per_copy))))
             pks = [pk0] + [upload() for _ in range(copies - 1)]
-            a16 = to_device(D["A"], gpu.sim)
-            y16 = to_device(np.zeros((16, N), D["A"].dtype), gpu.sim)
+            a16 = to_device(D["A"], sim)
+            y16 = to_device(np.zeros((16, N), D["A"].dtype), sim)
             for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
                 tag = spec[3]
                 row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
@@ -314,15 +276,15 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
                         p = Problem(M=M, N=N, K=K, bits=BITS, block_size=bs, dtype=dtype)
                         plans = [G.build(w, p, None, tac, packed=pk) for pk in pks]
                         A = a16.offset(0, (M, K))
-                        ychk = to_device(np.full((M, N), np.nan, np.float32).astype(D["A"].dtype), gpu.sim)
-                        plans[0].run(A, ychk, gpu.be.stream)
-                        gpu.be.sync()
+                        ychk = to_device(np.full((M, N), np.nan, np.float32).astype(D["A"].dtype), sim)
+                        plans[0].run(A, ychk, be.stream)
+                        be.sync()
                         y = to_host(ychk)[:, D["cols"]]
                         err = relative_error(y, D["ref"][:M])
                         row["rel_err"] = float(err)
                         row["correct"] = bool(np.isfinite(err) and err < TOLERANCES[dtype])
                         Y = y16.offset(0, (M, N))
-                        us, n = gpu.time_graph(lambda i, s: plans[i].run(A, Y, s), copies)
+                        us, n = time_graph(be, lambda i, s: plans[i].run(A, Y, s), copies)
                         row["us"] = us
                         row["n_graph"] = n
                         row["tb_s"] = effective_bytes(N, K, bs, dtype, M) / us / 1e6
@@ -384,7 +346,19 @@ def table_source(table: dict) -> str:
     return "\n".join(lines)
 
 
+def ort_us() -> dict:
+    """(N, K, block, M) -> the faster of ORT's two CUDA paths in the reference table, us."""
+    from numba_nbits.perf.reference_rows import reference_rows
+
+    best: dict = {}
+    for r in reference_rows():
+        k = (r["N"], r["K"], r["block"], r["M"])
+        best[k] = min(best.get(k, r["us_p50"]), r["us_p50"])
+    return best
+
+
 def report(rows, log=print):
+    ort_table = ort_us()
     by: dict = {}
     for r in rows:
         by.setdefault((r["dtype"], r["block_size"], r["N"], r["K"], r["M"]), []).append(r)
@@ -403,7 +377,7 @@ def report(rows, log=print):
         b = min(ok, key=lambda r: r["us"])
         ds = f"{d[0]['tactic']:<12} {d[0]['us']:8.2f} {d[0]['tb_s']:6.2f}" if d else f"{'-':<12} {'':>8} {'':>6}"
         gain = f"{d[0]['us'] / b['us']:.2f}x" if d and d[0]["us"] > 0 else "-"
-        ort = ORT_US.get((N, K, bs, M)) if dt == "float16" and BITS == 4 else None
+        ort = ort_table.get((N, K, bs, M)) if dt == "float16" and BITS == 4 else None
         ort_s = f"{ort:7.2f}" if ort else f"{'-':>7}"
         log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | "
             f"{' '.join(bad)}")
@@ -486,16 +460,15 @@ def main(argv=None):
             hold = open(lock_path, "w")
             fcntl.flock(hold, fcntl.LOCK_EX)  # the workers wait until all data is ready
             procs = []
-            env = dict(os.environ)
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH", "")) if x)
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's parent
             for i, ch in enumerate(chunks):
                 fn = os.path.join(tmp, f"specs_{i}.json")
                 with open(fn, "w") as f:
                     json.dump([[list(s), [list(c) for c in specs[s]]] for s in ch], f)
-                procs.append((fn, subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker-specs", fn,
-                                                    "--tmp", tmp, "--out", args.out, "--bits", str(BITS),
-                                                    "--deadline", str(t0 + args.budget_s)], env=env)))
+                procs.append((fn, subprocess.Popen([sys.executable, "-m", "benchmarks.sweep_gemv_m1",
+                                                    "--worker-specs", fn, "--tmp", tmp, "--out", args.out,
+                                                    "--bits", str(BITS), "--deadline", str(t0 + args.budget_s)],
+                                                   cwd=root)))
             with ProcessPoolExecutor(max_workers=min(len(jobs), max(2, (os.cpu_count() or 2) // 2))) as ex:
                 list(ex.map(prepare_group, jobs))
             print(f"data ready in {time.time() - t0:.0f}s; releasing the GPU to {W} workers", flush=True)
