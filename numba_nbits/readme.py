@@ -2,7 +2,7 @@
 
 Sections between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers are produced from code:
 ``routes`` from ``dispatch/routes.py`` (the same table dispatch runs), ``env`` from ``config.ENV_TABLE``,
-``perf`` from the newest committed results under ``perf/results/`` (``numba_nbits.perf.report.readme_summary``;
+``perf`` from the newest committed results under ``benchmarks/results/`` (``numba_nbits.perf.report.readme_summary``;
 shard directories of a split sweep are skipped, their merge is what is shown).
 ``--check`` exits 1 when the README is out of date (the test suite runs it).
 """
@@ -41,8 +41,8 @@ def _is_shard(d: Path) -> bool:
 
 
 def _perf() -> str:
-    results = ROOT / "perf" / "results"
     try:
+        from .perf import RESULTS_DIR as results
         from .perf.report import readme_summary
     except ImportError:
         return "_No performance results committed yet._"

@@ -151,6 +151,6 @@ def _skip_cublas_gemm_when_asked(monkeypatch):
     """``NUMBA_NBITS_TEST_SKIP_CUBLAS=1`` (set by ``gpu_sanitize.sh`` for initcheck): a test that reaches a
     cuBLAS GEMM is skipped there, at the call. compute-sanitizer's initcheck does not see cuBLAS's stores
     on the H200, so every later read of a cuBLAS-written output is reported as uninitialised (evidence:
-    ``perf/results/2026-11-30-h200-x2-session2/initcheck_probe.py``, docs/reliability.md); memcheck and
+    docs/reliability.md, "initcheck and cuBLAS"); memcheck and
     racecheck run those tests. (The simulator never calls ``gemm``: its GEMM step is ``gemm_host``.)"""
     refuse_cublas_if_asked(monkeypatch, os.environ)

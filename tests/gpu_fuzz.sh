@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The large fuzz profile of tests/test_fuzz.py split over parallel processes, so that thousands of
-# examples fit in one 10-minute device call (the fuzz is CPU-bound: each new specialisation compiles).
+# The large fuzz profile of tests/test_fuzz.py split over parallel processes: the fuzz is CPU-bound (each
+# new specialisation compiles), so thousands of examples take a fraction of the time they take in one process.
 # Each shard is one pytest process with its own hypothesis seed; their case counts are merged into
 # $OUT/fuzz_cases.json (total, per route / bits / dtype, seeds, per-shard exit codes). A shard killed by
 # FUZZ_TIMEOUT still contributes the examples it checked (test_fuzz.py rewrites its counts after every

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the GPU test suite in parallel, one pytest per file (the big files sharded 4 ways): the suite is
-# compile-bound on the CPU, and this keeps it inside one 10-minute device command. Usage, from the repo
+# compile-bound on the CPU, so its wall time falls with the number of cores used. Usage, from the repo
 # root with PYTHONPATH set: OUT=dir [TEST_TIMEOUT=300] [SHARDS=4] [FILES="tests/test_a.py ..."] bash tests/gpu_parallel.sh
 # Prints one summary line per log and concatenates every log into $OUT/all_tests.log.
 export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1

@@ -52,8 +52,8 @@ fi
 mkdir -p "$LOG_DIR"
 
 # SHARDS=n (default 1): the chosen tests' ids are split n ways and each tool runs n sanitizer processes in
-# parallel (the suite is compile-bound and the sanitizers slow every launch: one process per tool does
-# not fit a 10-minute device call). SANITIZER_TIMEOUT=s kills a process after s seconds (reported).
+# parallel (the suite is compile-bound and the sanitizers slow every launch 10-100x, so one process per
+# tool takes many times as long). SANITIZER_TIMEOUT=s kills a process after s seconds (reported).
 SHARDS=${SHARDS:-1}
 SAN_T=${SANITIZER_TIMEOUT:-0}
 if [ "$SHARDS" -gt 1 ]; then

@@ -18,6 +18,6 @@ GPU_W2 = [(1, 4096, 4096), (2, 256, 1024), (8, 4096, 4096), (1, 32, 48 * 16)]
 
 ROUTER = [(1, 32, 2880)]
 
-#: Benchmark shapes (N, K) of perf/bench_gemv.py.
+#: Benchmark shapes (N, K) of the GEMV grid (``numba_nbits.perf.shapes.GEMV_GRID_PLAN``).
 BENCH_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096),
             (32, 2880)]

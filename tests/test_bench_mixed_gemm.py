@@ -1,4 +1,4 @@
-"""perf/bench_mixed_gemm.py: its logic on a tiny shape (simulator or GPU), and its summary table."""
+"""benchmarks/bench_mixed_gemm.py: its logic on a tiny shape (simulator or GPU), and its summary table."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_mixed_gemm", ROOT / "perf" / "bench_mixed_gemm.py")
+    spec = importlib.util.spec_from_file_location("bench_mixed_gemm", ROOT / "benchmarks" / "bench_mixed_gemm.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

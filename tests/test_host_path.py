@@ -436,12 +436,12 @@ def test_simulator_launch_is_unchanged():
 
 
 def test_bench_host_tiny(tmp_path, monkeypatch):
-    """perf/bench_host.py --tiny runs (on the simulator or a GPU) and writes its CSV."""
+    """benchmarks/bench_host.py --tiny runs (on the simulator or a GPU) and writes its CSV."""
     import csv
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "perf" / "bench_host.py"
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_host.py"
     spec = importlib.util.spec_from_file_location("bench_host", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -457,7 +457,7 @@ def test_bench_host_tiny(tmp_path, monkeypatch):
 
 
 def test_bench_host_covers_every_route():
-    """The per-route rows of perf/bench_host.py (full size) plus its two detailed cases take every route of
+    """The per-route rows of benchmarks/bench_host.py (full size) plus its two detailed cases take every route of
     the dispatch table: dispatch decides, on the problem and config alone (no kernel runs here)."""
     import importlib.util
     import pathlib
@@ -465,7 +465,7 @@ def test_bench_host_covers_every_route():
     import numba_nbits as nb
     from numba_nbits.dispatch.routes import ROUTES
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "perf" / "bench_host.py"
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_host.py"
     spec = importlib.util.spec_from_file_location("bench_host", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

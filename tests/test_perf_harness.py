@@ -202,7 +202,7 @@ def test_default_out_dir():
     import datetime
 
     d = cli.default_out("NVIDIA H200", datetime.date(2026, 12, 1))
-    assert d.parts[-3:] == ("perf", "results", "2026-12-01-h200")
+    assert d.parts[-3:] == ("benchmarks", "results", "2026-12-01-h200")
 
 
 def test_dry_run_imports_no_torch_or_numba():

@@ -1,4 +1,4 @@
-"""perf/sweep_gemv_m1.py (the H200 small-M GEMV tactic sweep): its logic end to end on tiny cases
+"""benchmarks/sweep_gemv_m1.py (the H200 small-M GEMV tactic sweep): its logic end to end on tiny cases
 (simulator: correctness rows, JSON/CSV/table output), the fit rule and ``gemv_mma.tuned_tactic``."""
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _sweep():
-    spec = importlib.util.spec_from_file_location("sweep_gemv_m1", REPO / "perf" / "sweep_gemv_m1.py")
+    """The script as a fresh module each time (tests set its BITS), registered under its package name:
+    its process pool pickles functions by module name and its workers run ``-m benchmarks.sweep_gemv_m1``."""
+    spec = importlib.util.spec_from_file_location("benchmarks.sweep_gemv_m1", REPO / "benchmarks" / "sweep_gemv_m1.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["sweep_gemv_m1"] = mod  # its process pool pickles functions by module name
+    sys.modules["benchmarks.sweep_gemv_m1"] = mod
     spec.loader.exec_module(mod)
     return mod
 

@@ -1,6 +1,7 @@
 """Element load/store device functions per activation dtype, shared by every kernel family.
 
-Kernels compute in float32 (``ARCHITECTURE.md`` decision 3): fp16 is loaded with the native
+Kernels compute in float32 whatever the activation dtype (one accumulation precision for every
+route, and the oracle's tolerances are set for it): fp16 is loaded with the native
 ``cvt.f32.f16`` and stored with ``cvt.rn.f16.f32`` (no NVRTC shim, so kernels stay cacheable);
 bf16 is carried as uint16 bits, widened by shift + bit cast and narrowed by ``cvt.rn.bf16.f32``
 (``intrinsics.py``); fp32 is used as is.

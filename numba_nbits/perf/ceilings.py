@@ -1,7 +1,8 @@
 """Ceilings measured at the start of every run, and the environment columns of every row.
 
 * ``bw_tb_s``: device-to-device copy of 1 GiB (``cuMemcpyDtoDAsync``), bytes read + written over
-  the median time (METHOD.md: the practical HBM ceiling; ~4.3 TB/s on our H200);
+  the median time: the practical HBM ceiling (a copy reads and writes every byte once, with no
+  compute to hide latency behind), which is what a weight-streaming kernel can approach;
 * ``tflops_<dtype>``: a dense 8192^3 matmul, median of several, through torch when importable (fp16,
   bf16, fp32 with TF32 off, ``tf32``), else through the project's cuBLAS binding
   (``numba_nbits.dispatch.cublas``, fp32 accumulation).

@@ -9,7 +9,7 @@ Forms::
 
 ``--shard I/N`` (1-based) runs a deterministic part of the expanded case list (``shard.partition``:
 groups balanced by estimated cost), so running ``1/N`` .. ``N/N`` with the same other options covers
-every case exactly once; each shard writes ``perf/results/<date>-<gpu>-shard<I>of<N>/`` by default and
+every case exactly once; each shard writes ``benchmarks/results/<date>-<gpu>-shard<I>of<N>/`` by default and
 records the shard in meta.json. ``merge`` (a leading subcommand word, so every older argv keeps its
 meaning) concatenates shard directories into one results.csv / summary.md / plots / meta.json
 (``numba_nbits.perf.merge``).
@@ -25,12 +25,12 @@ import re
 import sys
 from pathlib import Path
 
+from . import RESULTS_DIR
 from .shapes import ALL_BITS, PLANS, SHAPES, SWEEPS, case_key, expand, parse_dtype
 from .shard import ShardSpec, parse_shard
 
 QUICK_BUDGET_S = 90.0
 FULL_BUDGET_S = 480.0
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _ints(text: str) -> list[int]:
@@ -88,8 +88,8 @@ def parser() -> argparse.ArgumentParser:
                    help="only the plan's cases that DIR's results do not hold (a merged or single run whose "
                         "budget skipped some): finish a sweep, then merge DIR with the new shard(s); sharding "
                         "applies to what is left; case_index stays the full plan's position")
-    p.add_argument("--out", type=Path, help="output directory (default perf/results/<date>-<gpu>/, "
-                                            "with --shard perf/results/<date>-<gpu>-shard<I>of<N>/)")
+    p.add_argument("--out", type=Path, help="output directory (default benchmarks/results/<date>-<gpu>/, "
+                                            "with --shard benchmarks/results/<date>-<gpu>-shard<I>of<N>/)")
     p.add_argument("--commit", metavar="SHA", default="",
                    help="commit to record instead of what git reports (a device copy may carry no .git, or a "
                         ".git whose HEAD is not the tree that travelled): rows and meta.json get it, so merge can "
@@ -168,7 +168,7 @@ def default_out(gpu: str, date: _dt.date | None = None, shard: ShardSpec | None 
     slug = re.sub(r"[^a-z0-9]+", "-", (gpu or "gpu").lower()).strip("-") or "gpu"
     slug = slug.replace("nvidia-", "")
     tail = f"-{shard.slug}" if shard is not None else ""
-    return REPO / "perf" / "results" / f"{(date or _dt.date.today()).isoformat()}-{slug}{tail}"
+    return RESULTS_DIR / f"{(date or _dt.date.today()).isoformat()}-{slug}{tail}"
 
 
 def plan_text(cases) -> str:

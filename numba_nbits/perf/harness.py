@@ -11,12 +11,14 @@ Two backends share one interface:
   suite can be exercised without a GPU; its numbers mean nothing.
 
 ``measure`` times one *subject* (an object with ``launch(i, stream)`` for call ``i`` of a rotation
-over ``copies`` operand sets, and optionally ``capture(n)``): warm-up, a timed pass to size the
-batches, then eager batches between two events (median / p20 / p80 of the per-call time), graph
-replays of the same batch, and host time per eager call (``perf_counter`` around many calls, then
-one synchronize, outside the timed region; the timed pass repeats an untimed pass of the same calls).
+over ``copies`` operand sets, and optionally ``capture(n)``; ``Rotation`` makes one from a function):
+warm-up, a timed pass to size the batches (``estimate_us``), then eager batches between two events
+(``events_us``: median / p20 / p80 of the per-call time), graph replays of the same batch
+(``graph_us``), and host time per eager call (``perf_counter`` around many calls, then one
+synchronize, outside the timed region; the timed pass repeats an untimed pass of the same calls).
 Subjects rotate over operand copies, so that host time is wall time per call over many operators,
-bounded below by the GPU time per call when the queue fills.
+bounded below by the GPU time per call when the queue fills. The benchmark scripts under
+``benchmarks/`` time through the same three functions.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ class SimBackend:
 
     simulated = True
     graph_api = "none (simulator)"
+    l2_bytes = 0
 
     def __init__(self):
         self.stream = 0
@@ -152,6 +155,9 @@ class CudaBackend:
             self.stream = int(_check(self.d.cuStreamCreate(1), "cuStreamCreate"))  # CU_STREAM_NON_BLOCKING
         self._cs = self.d.CUstream(self.stream)
         self._graph_failures: list[str] = []
+        attr = self.d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
+        self.l2_bytes = int(_check(self.d.cuDeviceGetAttribute(attr, self.d.CUdevice(device_id)),
+                                   "cuDeviceGetAttribute"))
 
     # -- memory ------------------------------------------------------------------------------
     def alloc(self, shape, dtype) -> Buffer:
@@ -218,7 +224,7 @@ class CudaBackend:
             except Exception as e:  # noqa: BLE001
                 errors.append(f"cuda.core: {type(e).__name__}: {e}")
         try:
-            return self._capture_driver(issue)
+            return self.capture_stream(issue)
         except Exception as e:  # noqa: BLE001
             errors.append(f"driver: {type(e).__name__}: {e}")
         raise RuntimeError("; ".join(errors))
@@ -241,7 +247,8 @@ class CudaBackend:
             pass
         return _CoreGraph(graph, self._core_stream, gb)
 
-    def _capture_driver(self, issue):
+    def capture_stream(self, issue):
+        """A graph by driver stream capture on our own stream (``issue`` gets the int handle)."""
         d = self.d
         mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         _check(d.cuStreamBeginCapture(self._cs, mode), "cuStreamBeginCapture")
@@ -319,36 +326,62 @@ def host_calls(est_us: float, b: Budget) -> int:
     return int(max(b.host_min_calls, min(b.host_max_calls, math.floor(b.host_ms * 1e3 / est_us))))
 
 
+class Rotation:
+    """A subject from a function: ``launch(i, stream)`` issues call ``i`` (on operand copy ``i``) of
+    ``copies``; ``capture(n)``, when given, returns a graph of ``n`` calls (else ``backend.capture``)."""
+
+    def __init__(self, launch: Callable[[int, Any], None], copies: int, capture: Callable | None = None):
+        self.launch = launch
+        self.copies = max(1, int(copies))
+        if capture is not None:
+            self.capture = capture
+
+
+def estimate_us(backend, subject) -> float:
+    """Warm-up (every copy once: first touch, lazy allocations, compilation), then one timed pass over
+    the rotation: GPU microseconds per call, the estimate that sizes batches and graphs."""
+    s = backend.stream
+    copies = max(1, int(subject.copies))
+    for i in range(copies):
+        subject.launch(i, s)
+    backend.sync()
+    e0 = backend.record()
+    for i in range(copies):
+        subject.launch(i, s)
+    e1 = backend.record()
+    return backend.elapsed_ms(e0, e1) * 1e3 / copies
+
+
+def events_us(backend, subject, n: int, r: int) -> tuple:
+    """``r`` eager batches of ``n`` calls (rotating over the copies), each between two events:
+    per-call (p20, p50, p80) in microseconds."""
+    s = backend.stream
+    copies = max(1, int(subject.copies))
+    marks = []
+    k = 0
+    for _ in range(r):
+        start = backend.record()
+        for _j in range(n):
+            subject.launch(k % copies, s)
+            k += 1
+        marks.append((start, backend.record()))
+    return quantiles([backend.elapsed_ms(a, z) * 1e3 / n for a, z in marks])
+
+
 def measure(backend, subject, budget: Budget | None = None, *, graphs: bool = True, host: bool = True) -> dict:
     """Time ``subject`` (see module docstring); returns the timing columns of one row."""
     b = budget or Budget()
     s = backend.stream
     copies = max(1, int(subject.copies))
     launch = subject.launch
-    for i in range(copies):  # warm-up: every copy once (first-touch, lazy allocations)
-        launch(i, s)
-    backend.sync()
-    e0 = backend.record()
-    for i in range(copies):
-        launch(i, s)
-    e1 = backend.record()
-    est_us = backend.elapsed_ms(e0, e1) * 1e3 / copies
+    est_us = estimate_us(backend, subject)
     n = batch_size(copies, est_us, b)
     r = sample_count(n, est_us, b)
-    marks = []
-    k = 0
-    for _ in range(r):
-        start = backend.record()
-        for _j in range(n):
-            launch(k % copies, s)
-            k += 1
-        marks.append((start, backend.record()))
-    samples = [backend.elapsed_ms(a, z) * 1e3 / n for a, z in marks]
-    p20, p50, p80 = quantiles(samples)
+    p20, p50, p80 = events_us(backend, subject, n, r)
     out = {"us_p20": p20, "us_p50": p50, "us_p80": p80, "n_batch": n, "samples": r, "us_graph": NAN,
            "us_graph_p20": NAN, "us_graph_p80": NAN, "host_us": NAN, "graph_note": ""}
     if graphs:
-        out.update(_measure_graph(backend, subject, n, min(r, b.max_samples), copies))
+        out.update(graph_us(backend, subject, n, min(r, b.max_samples)))
     if host:
         # two passes over the same calls, the second timed: the first absorbs whatever a call does
         # once after the graph capture above (per-stream or per-thread state), so the figure is the
@@ -365,7 +398,11 @@ def measure(backend, subject, budget: Budget | None = None, *, graphs: bool = Tr
     return out
 
 
-def _measure_graph(backend, subject, n: int, r: int, copies: int) -> dict:
+def graph_us(backend, subject, n: int, r: int) -> dict:
+    """``n`` calls (rotating over the copies) captured in one graph, replayed ``max(3, r)`` times
+    between events: ``us_graph`` (median per call), ``us_graph_p20/p80`` and ``graph_note`` (why
+    there is no graph time: the simulator, or the capture's or replay's error)."""
+    copies = max(1, int(subject.copies))
     nan = {"us_graph": NAN, "us_graph_p20": NAN, "us_graph_p80": NAN}
     try:
         g = subject.capture(n) if hasattr(subject, "capture") else backend.capture(

@@ -1,4 +1,4 @@
-"""Reference rows: ONNX Runtime's own CUDA MatMulNBits on our H200, from h200-measurements.md.
+"""Reference rows: ONNX Runtime's own CUDA MatMulNBits timed on an H200 (the table below).
 
 Used only when the ORT CUDA EP is not importable in the run (never mixed with measured rows: their
 ``kind`` is ``"reference"`` and their ``source`` names the table). onnxruntime-gpu 1.31.1,
@@ -8,7 +8,7 @@ per node (CUPTI), one run. "ort_default" is ORT's normal dispatch; "ort_fpA_intB
 """
 from __future__ import annotations
 
-SOURCE = "h200-measurements.md (ORT 1.31.1, 2026-11-30)"
+SOURCE = "ORT 1.31.1 reference table (H200, 2026-11-30)"
 
 # N K block M ort_default_us ort_fpA_intB_us
 _TABLE = """

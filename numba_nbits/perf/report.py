@@ -1,6 +1,6 @@
 """Reports from the tidy results: CSV, markdown summary, PNG plots, and the README section.
 
-``python -m numba_nbits.perf.report --readme perf/results/<dir>`` prints the README's performance
+``python -m numba_nbits.perf.report --readme benchmarks/results/<dir>`` prints the README's performance
 section (``readme_summary``), rendered from a committed results directory; the README is generated
 from it, never typed by hand. ``--summary DIR`` rewrites DIR/summary.md and the plots from DIR's CSV.
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .reference_rows import SOURCE
 from .shapes import DTYPE_SHORT, ROUTER_AB_VARIANT, SHAPES
 
 COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "variant", "tier", "kind", "route",
@@ -182,7 +183,7 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool
            "Times are microseconds per call (CUDA-graph replay where capture worked, else CUDA events around "
            "eager batches), weights and activations rotated beyond the L2. `vs X` = X's time / our best "
            "correct route's time (above 1: we are faster; **MISS**: the peer wins). `ref:` columns come from "
-           "h200-measurements.md (ORT 1.31.1, 2026-11-30), not from this run.", ""]
+           f"the {SOURCE}, not from this run.", ""]
     prov = [c for c, col in (("shard", "shard"), ("commit", "git_commit")) if provenance and _multi(df, col)]
     warnings = meta.get("merge_warnings", []) if provenance else []
     if warnings:

@@ -5,7 +5,7 @@ A *case* is one timed problem: ``(shape, M, bits, block_size, dtype, zero points
 the route dispatch picks and with each other eligible route forced, plus the peers.
 
 Plans are lists of *tiers*; a tier is a cartesian product over its axes. The full plan is pruned so
-that it fits ~8 minutes on one H200 (see ``FULL_PLAN`` and perf/README.md):
+that it takes ~50 minutes on one H200, run as shards (see ``FULL_PLAN`` and benchmarks/README.md):
 
 * every shape, every M, 4-bit, blocks 32 and 128, fp16, symmetric (the ORT reference table's grid);
 * 2- and 8-bit: block 64 (plus 8-bit block 128 on the 8B shapes) on three shapes, fewer M;

@@ -1,5 +1,8 @@
-"""Splitting a sweep into shards that each fit one device call (pure Python, no device work).
+"""Splitting a sweep into shards of about equal device time (pure Python, no device work).
 
+The full sweep takes about 50 minutes on one H200, most of it compiling the kernels each case
+specialises. Sharding runs it as N independent processes, on as many GPUs at once or one after
+another, each of a bounded length, whose outputs ``merge`` joins into one report.
 ``python -m numba_nbits.perf --shard I/N`` runs part ``I`` (1-based) of ``N``. The partition depends
 only on the expanded case list (same plan, same filters → same shards on any machine), and shards
 ``1..N`` together hold every case exactly once.
@@ -14,21 +17,21 @@ again in the estimate, as it will on the device).
 * per unit (group or chunk): ``GROUP_S`` (random weights, operator build, peers' dense copy) plus
   ``WEIGHT_S_PER_GB`` per GB of packed weights + scales (host generation, upload, rotated copies),
   plus ``FAMILY_COMPILE_S`` for 2- and 8-bit groups (their GEMV/dequantize kernel families compile
-  on first use: one 8-bit M=1 case took 42 s of warm-up on 2026-11-30);
+  on first use: one 8-bit M=1 case takes ~40 s of warm-up on an H200);
 * per case: ``CASE_S`` (timing every route and peer, the oracle check) plus ``COMPILE_S`` when
   M <= 16 (the GEMV/MMA kernels specialise by M) or ``GEMM_COMPILE_S`` above it (the fpA_intB
   profiler's mixed-GEMM tactics), plus ``CALL_S_PER_GB`` per GB one call moves (bytes moved:
   weights + scales + zero points + A + Y; matters only for the LM heads at large M);
 * per shard: ``SHARD_OVERHEAD_S`` (process start, imports, the ceiling measurements, plots).
 
-Calibration: the full sweep of 2026-11-30 (commit a4297e7, 4 shards, two at a time on an
-nvidia-h200-x2, 500-515 s budgets; ``perf/results/2026-11-30-h200-x2-full``) measured 258 of 363
-cases in 2142 s; warm-up (compilation) was ~60% of it: ~7 s per case at M <= 16, ~2.5 s above.
-The constants below were fitted to those four shards (estimate / measured wall 0.83-1.16 per
-shard; the old constants gave 0.44-0.61) and put the full plan at ~50 min; they only
-need to be right relatively. Check (same day, commit e3c4a65): the three ``--missing-from`` shards of
-the 105 skipped cases, estimated at 393 / 401 / 413 s, ran into their 405 s budgets with 5, 8 and 0
-cases left, i.e. the model is ~5-10% optimistic for the 2/8-bit, g64 and zero-point tiers. **Partition:** longest-processing-time greedy — units sorted by
+Calibration: the constants below are fitted to the four shards of the full sweep in
+``benchmarks/results/2026-11-30-h200-x2-full`` (258 of 363 cases in 2142 s of shard wall time,
+~60% of it compilation: ~7 s per case at M <= 16, ~2.5 s above; estimate / measured wall 0.83-1.16
+per shard) and put the full plan at ~50 min; they only need to be right relatively. On the
+``--missing-from`` shards of ``benchmarks/results/2026-11-30-h200-x2-session2`` the model is ~5-10%
+optimistic for the 2/8-bit, g64 and zero-point tiers.
+
+**Partition:** longest-processing-time greedy — units sorted by
 estimated cost (descending, ties by plan position) each go to the shard with the smallest load so
 far (ties: lowest index). That bounds the largest shard by ``mean + largest unit``, i.e. within
 ``BALANCE_FACTOR`` (1.5) of the mean whenever every unit is splittable; a single case is never cut.

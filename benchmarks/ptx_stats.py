@@ -1,0 +1,197 @@
+"""Registers, spills and occupancy of GEMV specialisations and mixed-GEMM tactics, without a GPU.
+
+    python -m benchmarks.ptx_stats t2w8u1,32,1 t2w8u1p1b4,128,2,bf16 t1w8u1,128,1,f16,8 ...
+                                                        (tag,block,m-tiles[,f16|bf16[,bits]])
+    python -m benchmarks.ptx_stats --sweep [--bits 8]  (every specialisation of benchmarks/sweep_gemv_m1.py)
+    python -m benchmarks.ptx_stats --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
+    python -m benchmarks.ptx_stats --cuda-core   (every M tile of the CUDA-core gemv_w2 (block 64) and
+                                                  gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
+
+numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
+lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
+(found on PATH or under /usr/local/cuda*/bin; an older ptxas gets the PTX ``.version`` lowered)
+reports registers and spill bytes. Occupancy = blocks of ``32 * warps`` threads per SM by registers
+(65536 per SM, allocated per warp in units of 256) and by shared memory (228 KB), at most 32 blocks
+and 64 warps; waves = blocks / (132 * that) at M=1 for 28672 rows.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _ptxas():
+    p = shutil.which("ptxas")
+    if p:
+        return p
+    c = sorted(glob.glob("/usr/local/cuda*/bin/ptxas"))
+    return c[-1] if c else None
+
+
+def _fake_device():
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+    import numba.cuda.dispatcher as _d
+
+    class _Dev:
+        compute_capability = (9, 0)
+
+    _d.get_current_device = lambda: _Dev()
+
+
+def _kernel_ptx(k) -> str:
+    """PTX for sm_90 of a ``launch.Kernel`` (its jit options that change code generation kept)."""
+    from numba import cuda
+    from numba.cuda import types
+
+    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
+    ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
+    return ptx
+
+
+def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
+    _fake_device()
+    from numba_nbits.kernels import gemv_mma as G
+
+    tac = G.Tactic.parse(tag)
+    return tac, _kernel_ptx(G.gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
+
+
+def ptxas_stats(ptx: str) -> dict:
+    """``ptxas -v -arch=sm_90a`` of ``ptx``: regs, spill (store bytes), smem (static bytes), or error."""
+    exe = _ptxas()
+    if exe is None:
+        return {"error": "no ptxas"}
+    with tempfile.TemporaryDirectory() as d:
+        fn = os.path.join(d, "k.ptx")
+        r = None
+        for version in (None, "9.0", "8.5", "8.0"):
+            src = ptx if version is None else re.sub(r"^\.version \S+", f".version {version}", ptx, flags=re.M)
+            with open(fn, "w") as f:
+                f.write(src)
+            r = subprocess.run([exe, "-arch=sm_90a", "-v", fn, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+        text = r.stderr + r.stdout
+    if r.returncode != 0:
+        return {"error": text.strip().splitlines()[-1][:200]}
+    return {"regs": int(re.findall(r"Used (\d+) registers", text)[0]),
+            "spill": int(re.findall(r"(\d+) bytes spill stores", text)[0]),
+            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0])}
+
+
+def occupancy(regs: int, smem: int, warps: int) -> int:
+    """Resident blocks per SM of ``warps``-warp blocks (H100/H200: 64K registers allocated per warp in
+    units of 256, 228 KB shared memory with 1 KB reserved per block, at most 32 blocks and 64 warps)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    by_smem = (228 * 1024) // max(smem + 1024, 1)
+    return max(0, min(by_regs, by_smem, 32, 64 // warps))
+
+
+def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4) -> dict:
+    t = time.time()
+    tac, ptx = compile_ptx(tag, bs, MT, dtype, bits)
+    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
+    ps = ptxas_stats(ptx)
+    out.update(ps)
+    if "error" in ps:
+        return out
+    regs, smem = ps["regs"], ps["smem"]
+    threads = 32 * tac.warps
+    blocks = occupancy(regs, smem, tac.warps)
+    groups = -(-28672 // (16 * tac.tpw)) * tac.ksplit
+    out.update(threads=threads, blocks_per_sm=blocks,
+               warps_per_sm=blocks * tac.warps, waves_28672=round(groups / (132 * blocks), 2) if blocks else None)
+    if tac.grid and blocks:  # persistent ring kernel: grid = min(groups, grid * 132); groups per CTA instead
+        out["persistent_grid"] = min(groups, tac.grid * 132)
+        out["groups_per_cta_28672"] = round(groups / out["persistent_grid"], 2)
+        if tac.grid > blocks:
+            out["warning"] = f"g{tac.grid} > {blocks} resident CTAs per SM"
+    return out
+
+
+def mixed_stats(tactic: str, bits: int = 4, dtype: str = "float16", bs: int = 128) -> dict:
+    """The mixed GEMM's tactic ``tactic`` (zero points none, no bias, SM80 layout)."""
+    _fake_device()
+    from numba_nbits.kernels import mixed_gemm as MG
+
+    tac = MG.TACTICS[tactic]
+    t = time.time()
+    ptx = _kernel_ptx(MG.mixed_gemm_kernel(dtype, tac, bs, "none", False, 80, bits))
+    out = {"tactic": tactic, "bits": bits, "dtype": dtype, "bs": bs, "bm": tac.bm, "bn": tac.bn,
+           "compile_s": round(time.time() - t, 2)}
+    ps = ptxas_stats(ptx)
+    out.update(ps)
+    if "error" not in ps:
+        warps = tac.threads // 32
+        blocks = occupancy(ps["regs"], ps["smem"], warps)
+        out.update(threads=tac.threads, blocks_per_sm=blocks, warps_per_sm=blocks * warps,
+                   mma_per_warp_stage=4 * tac.tpw * tac.mtw)
+    return out
+
+
+def cuda_core_stats(K: int = 4096):
+    """One line per M tile of the CUDA-core 2-bit (block 64) and 8-bit (block 128) GEMVs at ``K``: the
+    ptxas figures, the row's 16-byte chunks, the A tile (chunks staged per pass), its shared memory
+    and the resident blocks per SM."""
+    _fake_device()
+    from numba_nbits.kernels import gemv_common as gc, gemv_w2, gemv_w8
+
+    for mod, bits, bs in ((gemv_w2, 2, 64), (gemv_w8, 8, 128)):
+        for mt, (r, u, warps) in mod.SHAPES.items():
+            row_bytes = K * bits // 8
+            cb = gc.chunk_bytes_for(row_bytes)
+            spec = gc.Spec(act="float16", bits=bits, block_size=bs, zp_kind="none", chunk_bytes=cb, mt=mt, r=r,
+                           u=max(1, min(u, -(-(row_bytes // cb) // 32))), warps=warps)
+            t = time.time()
+            st = ptxas_stats(_kernel_ptx(gc.kernel_for(spec)))
+            tile = gc.tile_chunks_for(row_bytes // cb, mt, spec.pad)
+            smem = mt * tile * spec.pad * 4
+            print(spec.name, st, f"row_chunks={row_bytes // cb} tile={tile} smem={smem}",
+                  f"blocks/SM={occupancy(st.get('regs', 0), smem, warps)}", f"{time.time() - t:.1f}s", flush=True)
+
+
+def main(argv):
+    if "--cuda-core" in argv:
+        cuda_core_stats()
+        return
+    if "--mixed" in argv:
+        from numba_nbits.kernels import mixed_gemm as MG
+
+        for bits in (4, 8):
+            for name in MG.TACTICS:
+                try:
+                    s = mixed_stats(name, bits)
+                except Exception as e:  # noqa: BLE001
+                    s = {"tactic": name, "bits": bits, "error": f"{type(e).__name__}: {e}"[:200]}
+                print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)
+        return
+    specs = []
+    if "--sweep" in argv:
+        from benchmarks import sweep_gemv_m1 as S
+
+        S.BITS = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else 4
+        specs = [(tag, bs, MT, dt, S.BITS) for (dt, MT, bs, tag) in sorted(S.plan_specs(False))]
+    for i, a in enumerate(argv):
+        if a.startswith("--") or (i and argv[i - 1] == "--bits"):
+            continue
+        p = a.split(",")
+        dt = {"f16": "float16", "bf16": "bfloat16"}.get(p[3] if len(p) > 3 else "f16", "float16")
+        specs.append((p[0], int(p[1]), int(p[2]), dt, int(p[4]) if len(p) > 4 else 4))
+    for tag, bs, MT, dt, bits in specs:
+        try:
+            s = stats(tag, bs, MT, dt, bits)
+        except Exception as e:  # noqa: BLE001
+            s = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
+        print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,521 @@
+"""Small-M (decode) GEMV tactic sweep for the tensor-core GEMV (``numba_nbits.kernels.gemv_mma``).
+
+On a GPU machine, from the repository root (about 3 minutes on an H200, compilation included)::
+
+    OUT=/some/dir python -m benchmarks.sweep_gemv_m1
+
+Cases: 4-bit, no zero points, fp16 A, blocks 32 and 128, N x K in 4096x4096, 14336x4096,
+4096x14336, 28672x8192, 8192x28672, 128256x4096, M in 1, 4, 16; plus bf16 at M=1 on 4096x4096
+and 28672x8192. Every case runs every candidate tactic of its m-tile class (``CANDIDATES``) and
+``default_tactic``'s choice. Each tactic is a compile-time kernel specialisation
+``(dtype, m-tile, block, tactic)``, compiled once: the specialisations are split over worker
+processes that compile in parallel, then take turns (a file lock) on the GPU, so only one
+process ever times. Per case and tactic:
+
+* correctness once: Y poisoned with NaN, one launch, 1024 columns (the first and last 256 and 512
+  spread) of all M rows against the float64 oracle (``reference.matmul_nbits_ref``), tolerance
+  ``reference.TOLERANCES``;
+* time: ``copies`` copies of the packed weights at different addresses (together >= 2x the L2),
+  launches rotating over them captured in one CUDA graph of >= ~1.5 ms of work; median of 5 replays
+  per launch (graph-node overhead included, as in a decode step), through the perf harness
+  (``numba_nbits.perf.harness``: ``estimate_us``, ``graph_us``).
+
+Writes ``$OUT/sweep_gemv_m1.json`` (``{"meta":..., "rows": [...]}``) and ``.csv``, prints the best
+tactic per case next to the default's, and the ``TUNED`` table fitted from the run
+(``gemv_mma.TUNED``, see ``fit``). ``--fit FILE.json`` re-prints the table from a saved run.
+``--tiny`` runs a few tiny cases in-process (the simulator test, ``tests/test_perf_sweep_m1.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import fcntl
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # workers inherit it; keeps the log short
+
+SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096)]
+MS = (1, 4, 16)
+BLOCKS = (32, 128)
+BF16_SHAPES = [(4096, 4096), (28672, 8192)]
+BF16_MS = (1,)
+# Candidate tactics (tags, see gemv_mma.Tactic.tag) by (m-tiles, block): MT1 serves M <= 8, MT2 M = 9..16.
+# Chosen with benchmarks/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM; see the gemv_mma
+# docstring): the original kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps
+# or 8 of 4 = 32 warps per SM) while holding more bytes in flight, then split-K for small N / tails.
+_OLD = ["t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2"]
+CANDIDATES = {
+    (1, 32): _OLD + [
+        "t1w8u1p1", "t1w8u1p2", "t1w8u2p1", "t1w8u2p1b4", "t2w8u1b4", "t2w8u1p1b4", "t1w4u2p1",  # prefetch, bounds
+        "t1w8u1p1s3", "t1w8u1p1s3b4", "t1w8u1p1s4b4", "t1w8u1p2s3b4", "t1w4u1p1s3b8",  # deeper pipelines
+        "t1w8u1p1k2", "t1w8u1p1k4", "t1w8u2k2", "t1w4u1p2k4", "t1w4u2p1k2", "t1w8u1p1k2s3b4",  # split-K
+        # ring kernel (r: items in the register ring, g: persistent CTAs per SM; 64 registers, 32 warps/SM, no spill)
+        "t1w8u1p1b4r4", "t1w8u1p1b4r4g4", "t1w8u1p1b4r5g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4", "t1w2u1p1b16r4g16",
+    ],
+    (1, 128): ["t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2"] + [
+        "t1w8u1p1", "t1w8u1p2", "t1w8u2p1b4", "t1w4u1p1", "t2w8u1p1",
+        "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w4u1p1s3b8",  # (t1w8u1p2s3b4 spills 152 bytes at block 128)
+        "t1w8u1p1k2", "t1w8u1p1k4", "t1w4u1p2k4", "t1w8u1p1k2s3b4", "t1w4u1p1k2s3b8",
+        "t1w8u1p1b4r3", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r3g4", "t1w2u1p1b16r3g16",  # ring kernel
+    ],
+}
+CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
+    "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w4u1p1", "t1w8u1p1b4", "t2w4u1p1",
+    "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2",
+]
+# 8-bit (``--bits 8``: two 16-byte loads per tile per 64 k, twice the registers per stage of 4-bit) and 2-bit
+# (``--bits 2``: one 16-byte load per tile per 128 k): candidates by block; M classes as above
+LOW_BIT = {
+    8: dict(blocks=(32, 128), ms=(1, 4, 16), cands=[
+        "t1w8u1", "t2w8u1", "t1w4u1", "t2w4u1", "t1w8u1p1", "t2w8u1p1", "t1w4u1p1", "t2w4u1p1", "t1w8u1p1b4",
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r2g4", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r2g4"]),
+    2: dict(blocks=(64,), ms=(1, 4, 8), cands=[
+        "t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w8u2p1", "t2w8u1p1", "t1w8u2p1b4",
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r3g4", "t1w8u1p1b4r4g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4"]),
+}
+#: weight bit width of this run (``--bits``; workers get it on their command line)
+BITS = 4
+CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
+             "t1w8u1p1b4r3g4"]
+TINY_SHAPES = [(32, 128)]
+TINY_MS = (1, 4)
+TINY_BLOCKS = (32,)
+TINY_CANDS = ["t1w2u1", "t1w2u1p2k2", "t1w1u1p1s3", "t1w1u1p1r3g1"]
+NCOLS = 1024  # checked output columns per case
+L2_FACTOR = 2.0
+KSPLIT_MARGIN = 0.10  # a split-K tactic (plan-owned workspace) must win by this much to be tuned in
+
+
+def _cases(tiny: bool):
+    """[(N, K, bs, dtype, M)]"""
+    if tiny:
+        return [(N, K, bs, "float16", M) for (N, K) in TINY_SHAPES for bs in TINY_BLOCKS for M in TINY_MS]
+    blocks, ms = (BLOCKS, MS) if BITS == 4 else (LOW_BIT[BITS]["blocks"], LOW_BIT[BITS]["ms"])
+    out = [(N, K, bs, "float16", M) for (N, K) in SHAPES for bs in blocks for M in ms]
+    out += [(N, K, bs, "bfloat16", M) for (N, K) in BF16_SHAPES for bs in blocks for M in BF16_MS]
+    return out
+
+
+def _candidates(dtype: str, M: int, bs: int, tiny: bool):
+    if tiny:
+        return TINY_CANDS
+    if BITS != 4:
+        return LOW_BIT[BITS]["cands"]
+    if dtype == "bfloat16":
+        return CAND_BF16
+    return CANDIDATES[(1 if M <= 8 else 2, bs)]
+
+
+def plan_specs(tiny: bool = False):
+    """{spec: [case, ...]} with spec = (dtype, MT, bs, tag): every kernel specialisation and its cases."""
+    from numba_nbits.kernels import gemv_mma as G
+
+    specs: dict = {}
+    for case in _cases(tiny):
+        N, K, bs, dtype, M = case
+        tags = list(_candidates(dtype, M, bs, tiny))
+        d = G.default_tactic(N, K, bs, M, BITS).tag
+        if d not in tags:
+            tags.append(d)
+        for tag in tags:
+            specs.setdefault((dtype, 1 if M <= 8 else 2, bs, tag), []).append(case)
+    return specs
+
+
+def effective_bytes(N, K, bs, dtype, M) -> int:
+    """Weights + scales + A + Y (no zero points), the bytes a perfect kernel moves."""
+    kb = -(-K // bs)
+    return N * kb * bs * BITS // 8 + N * kb * 2 + M * K * 2 + M * N * 2
+
+
+# ------------------------------------------------------------------------------------- data
+
+def _group_file(tmp, N, K, bs, dtype):
+    return os.path.join(tmp, f"data_{N}x{K}_b{bs}_{dtype}.npz")
+
+
+def prepare_group(args):
+    """Random weights/activations of one (N, K, bs, dtype), their packed layout and the oracle on
+    NCOLS columns (16 rows of A; row m of the oracle depends only on A[m]). Host only."""
+    tmp, N, K, bs, dtype, seed = args
+    from numba_nbits.arrays import np_dtype, to_host
+    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.reference import matmul_nbits_ref
+    from numba_nbits.weights import build_weights
+
+    rng = np.random.default_rng(seed)
+    kb = -(-K // bs)
+    B = rng.integers(0, 256, (N, kb, bs * BITS // 8), dtype=np.uint8)
+    sc = ((rng.random((N, kb), dtype=np.float32) + 0.5) * 0.01).astype(np_dtype(dtype))
+    A = (rng.standard_normal((16, K), dtype=np.float32) * 0.5).astype(np_dtype(dtype))
+    if N > NCOLS:
+        cols = np.unique(np.r_[np.arange(256), np.arange(N - 256, N), rng.choice(N, NCOLS - 512, replace=False)])
+    else:
+        cols = np.arange(N)
+    ref = matmul_nbits_ref(A, B[cols], sc[cols], None, K=K, N=len(cols), bits=BITS, block_size=bs)
+    w = build_weights(B, sc, None, K=K, N=N, bits=BITS, block_size=bs, simulated=True)
+    pk = G.prepack(w)
+    path = _group_file(tmp, N, K, bs, dtype)
+    np.savez(path + ".part.npz", B=B, sc=sc.view(np.uint16), A=A.view(np.uint16), cols=cols, ref=ref,
+             bq=to_host(pk.bq), psc=to_host(pk.scales).view(np.uint16),
+             geo=np.array([pk.N_pad, pk.K_pad, pk.n_super], np.int64))
+    os.replace(path + ".part.npz", path)
+    return path
+
+
+def _load_group(tmp, N, K, bs, dtype):
+    from numba_nbits.arrays import np_dtype
+
+    z = np.load(_group_file(tmp, N, K, bs, dtype))
+    dt = np_dtype(dtype)
+    return {"B": z["B"], "sc": z["sc"].view(dt), "A": z["A"].view(dt), "cols": z["cols"], "ref": z["ref"],
+            "bq": z["bq"], "psc": z["psc"].view(np.float16 if dtype == "float16" else np.uint16),
+            "geo": [int(x) for x in z["geo"]]}
+
+
+# --------------------------------------------------------------------------------- measuring
+
+def time_graph(be, issue_one, copies: int, target_us: float = 1500.0, reps: int = 5):
+    """Median us per launch of ``issue_one(i, stream)`` (rotating over ``copies``) in a CUDA graph of
+    at least ``target_us`` of work (whole rotations, at most 4000 launches), through the perf harness:
+    ``estimate_us`` sizes the graph, ``graph_us`` captures it by stream capture and replays it ``reps``
+    times. On the simulator: the host time of one call (meaningless, exercises the code)."""
+    from numba_nbits.perf.harness import Rotation, estimate_us, graph_us
+
+    if be.simulated:
+        t = time.perf_counter()
+        issue_one(0, be.stream)
+        return (time.perf_counter() - t) * 1e6, 1
+
+    def capture(n):
+        return be.capture_stream(lambda stream: [issue_one(i % copies, stream) for i in range(n)])
+
+    subject = Rotation(issue_one, copies, capture)
+    est = max(estimate_us(be, subject), 0.5)
+    n = int(min(max(copies, math.ceil(target_us / est)), 4000))
+    n = -(-n // copies) * copies
+    g = graph_us(be, subject, n, reps)
+    if g["graph_note"]:
+        raise RuntimeError(g["graph_note"])
+    return g["us_graph"], n
+
+
+def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print, deadline: float = math.inf,
+                  partial: str | None = None):
+    """Compile ``specs_cases`` ({spec: cases}), then (holding the GPU lock) check and time each case.
+    Past ``deadline`` (epoch seconds) the remaining rows are recorded as skipped; the rows so far are
+    written to ``partial`` (JSON) after every shape, so a run killed from outside keeps them."""
+    from numba_nbits.arrays import to_device, to_host
+    from numba_nbits.dispatch.problem import Problem
+    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.reference import TOLERANCES, relative_error
+    from numba_nbits.weights import build_weights
+
+    from numba_nbits.perf.harness import make_backend
+
+    be = make_backend()
+    sim = be.simulated
+    t0 = time.time()
+    compile_s = {}
+    for (dtype, MT, bs, tag) in specs_cases:  # phase 1: compile (no GPU work besides loading modules)
+        t = time.time()
+        err = None
+        try:
+            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none", BITS).ensure()  # cache hit or compile
+        except Exception as e:  # noqa: BLE001 - reported in the rows
+            err = f"compile: {type(e).__name__}: {e}"[:300]
+        compile_s[(dtype, MT, bs, tag)] = (time.time() - t, err)
+    t_compiled = time.time() - t0
+    lock = open(lock_path, "w") if lock_path else None
+    if lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    rows = []
+    try:
+        t1 = time.time()
+        groups: dict = {}
+        for spec, cases in specs_cases.items():
+            for c in cases:
+                groups.setdefault(c[:4], set()).add((spec, c[4]))
+        l2 = be.l2_bytes
+        for (N, K, bs, dtype), items in sorted(groups.items()):
+            D = _load_group(tmp, N, K, bs, dtype)
+            w = build_weights(D["B"], D["sc"], None, K=K, N=N, bits=BITS, block_size=bs, simulated=sim)
+            n_pad, k_pad, n_super = D["geo"]
+
+            def upload():
+                return G.Packed(bq=to_device(D["bq"], sim), scales=to_device(D["psc"], sim), zp=None,
+                                N_pad=n_pad, K_pad=k_pad, n_super=n_super)
+
+            pk0 = upload()
+            w.derived(f"gemv_mma_w{BITS}", lambda: pk0)
+            per_copy = D["bq"].nbytes + D["psc"].nbytes
+            copies = 1 if sim else int(min(64, max(1, math.ceil(L2_FACTOR * l2 / per_copy))))
+            pks = [pk0] + [upload() for _ in range(copies - 1)]
+            a16 = to_device(D["A"], sim)
+            y16 = to_device(np.zeros((16, N), D["A"].dtype), sim)
+            for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
+                tag = spec[3]
+                row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
+                       "default": G.default_tactic(N, K, bs, M, BITS).tag == tag, "copies": copies,
+                       "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
+                       "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
+                if not row["error"] and time.time() > deadline:
+                    row["error"] = "skipped: time budget"
+                if not row["error"]:
+                    try:
+                        tac = G.Tactic.parse(tag)
+                        p = Problem(M=M, N=N, K=K, bits=BITS, block_size=bs, dtype=dtype)
+                        plans = [G.build(w, p, None, tac, packed=pk) for pk in pks]
+                        A = a16.offset(0, (M, K))
+                        ychk = to_device(np.full((M, N), np.nan, np.float32).astype(D["A"].dtype), sim)
+                        plans[0].run(A, ychk, be.stream)
+                        be.sync()
+                        y = to_host(ychk)[:, D["cols"]]
+                        err = relative_error(y, D["ref"][:M])
+                        row["rel_err"] = float(err)
+                        row["correct"] = bool(np.isfinite(err) and err < TOLERANCES[dtype])
+                        Y = y16.offset(0, (M, N))
+                        us, n = time_graph(be, lambda i, s: plans[i].run(A, Y, s), copies)
+                        row["us"] = us
+                        row["n_graph"] = n
+                        row["tb_s"] = effective_bytes(N, K, bs, dtype, M) / us / 1e6
+                        del plans
+                    except Exception as e:  # noqa: BLE001 - a failing tactic is a row, not a crash
+                        row["error"] = f"{type(e).__name__}: {e}"[:300]
+                rows.append(row)
+            del pks, pk0, w
+            if partial:
+                with open(partial + ".tmp", "w") as f:
+                    json.dump(rows, f)
+                os.replace(partial + ".tmp", partial)
+        log(f"[worker] compiled {len(specs_cases)} kernels in {t_compiled:.0f}s, measured {len(rows)} rows "
+            f"in {time.time() - t1:.0f}s", flush=True)
+    finally:
+        if lock:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+    return rows
+
+
+# ---------------------------------------------------------------------------------- fitting
+
+def fit(rows, ksplit_margin: float = KSPLIT_MARGIN) -> dict:
+    """``gemv_mma.TUNED`` from sweep rows (fp16 rows; bf16 rows only where no fp16 row exists):
+    key ``(N, K, block_size, m_class(M))`` -> the fastest correct tactic, except that a split-K
+    tactic (``k`` in the tag: plan-owned workspace) is taken only when it beats the fastest tactic
+    without split-K by more than ``ksplit_margin``. Where a class has several M (not in this sweep),
+    the smaller M decides."""
+    from numba_nbits.kernels import gemv_mma as G
+
+    best: dict = {}
+    for dt in ("float16", "bfloat16"):
+        by: dict = {}
+        for r in rows:
+            if r["dtype"] != dt or not r.get("correct") or not (r.get("us", float("nan")) > 0):
+                continue
+            key = (r["N"], r["K"], r["block_size"], G.m_class(r["M"]))
+            by.setdefault((key, r["M"]), []).append(r)
+        for (key, M), rs in sorted(by.items()):
+            if key in best and (best[key][1] != dt or best[key][2] <= M):
+                continue
+            plain = [r for r in rs if G.Tactic.parse(r["tactic"]).ksplit == 1]
+            fastest = min(rs, key=lambda r: r["us"])
+            pick = fastest
+            if plain:
+                fp = min(plain, key=lambda r: r["us"])
+                if fp["us"] <= fastest["us"] * (1 + ksplit_margin):
+                    pick = fp
+            best[key] = (pick["tactic"], dt, M)
+    return {k: v[0] for k, v in sorted(best.items())}
+
+
+def table_source(table: dict) -> str:
+    lines = ["TUNED: dict = {" if BITS == 4 else f"TUNED_BITS[{BITS}] = {{"]
+    for k, v in table.items():
+        lines.append(f"    {k!r}: {v!r},")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def ort_us() -> dict:
+    """(N, K, block, M) -> the faster of ORT's two CUDA paths in the reference table, us."""
+    from numba_nbits.perf.reference_rows import reference_rows
+
+    best: dict = {}
+    for r in reference_rows():
+        k = (r["N"], r["K"], r["block"], r["M"])
+        best[k] = min(best.get(k, r["us_p50"]), r["us_p50"])
+    return best
+
+
+def report(rows, log=print):
+    ort_table = ort_us()
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["dtype"], r["block_size"], r["N"], r["K"], r["M"]), []).append(r)
+    log(f"{'case':<34} {'best':<16} {'us':>8} {'TB/s':>6} | {'default':<12} {'us':>8} {'TB/s':>6} | gain  "
+        f"{'ORT us':>7} | failed")
+    for key in sorted(by):
+        rs = by[key]
+        ok = [r for r in rs if r["correct"] and r["us"] > 0]
+        bad = [r["tactic"] for r in rs if not r["correct"]]
+        dt, bs, N, K, M = key
+        name = f"{N}x{K} g{bs} {'fp16' if dt == 'float16' else 'bf16'} M={M}"
+        d = [r for r in rs if r["default"]]
+        if not ok:
+            log(f"{name:<34} no correct tactic; errors: {[r['error'][:80] for r in rs][:3]}")
+            continue
+        b = min(ok, key=lambda r: r["us"])
+        ds = f"{d[0]['tactic']:<12} {d[0]['us']:8.2f} {d[0]['tb_s']:6.2f}" if d else f"{'-':<12} {'':>8} {'':>6}"
+        gain = f"{d[0]['us'] / b['us']:.2f}x" if d and d[0]["us"] > 0 else "-"
+        ort = ort_table.get((N, K, bs, M)) if dt == "float16" and BITS == 4 else None
+        ort_s = f"{ort:7.2f}" if ort else f"{'-':>7}"
+        log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | "
+            f"{' '.join(bad)}")
+
+
+# -------------------------------------------------------------------------------------- main
+
+def _worker_main(args):
+    global BITS
+    BITS = args.bits
+    with open(args.worker_specs) as f:
+        items = json.load(f)
+    specs = {tuple(s): [tuple(c) for c in cases] for s, cases in items}
+    partial = os.path.join(args.out, "partial", os.path.basename(args.worker_specs)) if args.out else None
+    if partial:
+        os.makedirs(os.path.dirname(partial), exist_ok=True)
+    rows = measure_specs(specs, args.tmp, False, os.path.join(args.tmp, "gpu.lock"), deadline=args.deadline,
+                         partial=partial,
+                         log=lambda *a, **k: print(*a, file=sys.stderr, **k))
+    with open(args.worker_specs + ".rows.json", "w") as f:
+        json.dump(rows, f)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="tiny cases, in-process (simulator test)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--workers", type=int, default=None,
+                    help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
+    ap.add_argument("--fit", metavar="JSON", help="print the TUNED table fitted from a saved sweep and exit")
+    ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
+    ap.add_argument("--ksplit-margin", type=float, default=KSPLIT_MARGIN,
+                    help="fit: a split-K tactic must beat the best one without split-K by this fraction "
+                         "(default 0.10; 'inf' never picks split-K)")
+    ap.add_argument("--bits", type=int, choices=(2, 4, 8), default=4,
+                    help="weight bits (default 4; 8 and 2 sweep LOW_BIT's blocks, M and candidates)")
+    ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="wall-time budget: rows not measured by then are recorded as skipped (default 480)")
+    args = ap.parse_args(argv)
+    global BITS
+    BITS = args.bits
+    if args.worker_specs:
+        return _worker_main(args)
+    if args.fit:
+        with open(args.fit) as f:
+            saved = json.load(f)
+        rows = saved["rows"]
+        BITS = int(saved["meta"].get("bits", 4))
+        report(rows)
+        print(table_source(fit(rows, args.ksplit_margin)))
+        return None
+    t0 = time.time()
+    if args.workers is None:
+        args.workers = 1 if args.tiny else min(12, max(1, (os.cpu_count() or 2) - 2))
+    specs = plan_specs(args.tiny)
+    n_cases = sum(len(v) for v in specs.values())
+    print(f"{len(specs)} kernel specialisations, {n_cases} (case, tactic) rows", flush=True)
+    if args.list:
+        for s, cs in sorted(specs.items()):
+            print(s, len(cs))
+        return None
+    os.makedirs(args.out, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sweep_m1_") as tmp:
+        groups = sorted({c[:4] for cs in specs.values() for c in cs})
+        jobs = [(tmp, N, K, bs, dt, 1000 + i) for i, (N, K, bs, dt) in enumerate(groups)]
+        if args.workers <= 1:
+            for j in jobs:
+                prepare_group(j)
+            print(f"data ready in {time.time() - t0:.0f}s", flush=True)
+            rows = measure_specs(specs, tmp, args.tiny, None, deadline=t0 + args.budget_s)
+        else:
+            # worker processes first (they compile while the data is prepared), then the data
+            order = sorted(specs, key=lambda s: (s[0], s[2], s[1], s[3]))
+            W = min(args.workers, len(order))
+            chunks = [order[i * len(order) // W:(i + 1) * len(order) // W] for i in range(W)]
+            lock_path = os.path.join(tmp, "gpu.lock")
+            hold = open(lock_path, "w")
+            fcntl.flock(hold, fcntl.LOCK_EX)  # the workers wait until all data is ready
+            procs = []
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's parent
+            for i, ch in enumerate(chunks):
+                fn = os.path.join(tmp, f"specs_{i}.json")
+                with open(fn, "w") as f:
+                    json.dump([[list(s), [list(c) for c in specs[s]]] for s in ch], f)
+                procs.append((fn, subprocess.Popen([sys.executable, "-m", "benchmarks.sweep_gemv_m1",
+                                                    "--worker-specs", fn, "--tmp", tmp, "--out", args.out,
+                                                    "--bits", str(BITS), "--deadline", str(t0 + args.budget_s)],
+                                                   cwd=root)))
+            with ProcessPoolExecutor(max_workers=min(len(jobs), max(2, (os.cpu_count() or 2) // 2))) as ex:
+                list(ex.map(prepare_group, jobs))
+            print(f"data ready in {time.time() - t0:.0f}s; releasing the GPU to {W} workers", flush=True)
+            fcntl.flock(hold, fcntl.LOCK_UN)
+            hold.close()
+            rows = []
+            for fn, pr in procs:
+                rc = pr.wait()
+                if rc != 0 or not os.path.exists(fn + ".rows.json"):
+                    print(f"worker {fn} failed (rc {rc})", flush=True)
+                    continue
+                with open(fn + ".rows.json") as f:
+                    rows += json.load(f)
+    part = os.path.join(args.out, "partial")
+    if os.path.isdir(part) and len(rows) == n_cases:  # every worker reported: the partial copies are redundant
+        import shutil
+
+        shutil.rmtree(part, ignore_errors=True)
+    meta = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.time() - t0, 1),
+            "skipped_budget": sum(r["error"] == "skipped: time budget" for r in rows), "budget_s": args.budget_s,
+            "tiny": args.tiny, "bits": BITS, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS, "ksplit_margin": KSPLIT_MARGIN,
+            "bytes": "weights + scales + A + Y", "timing": "CUDA graph replay, median of 5, per launch"}
+    try:
+        import numba
+
+        meta["numba"] = numba.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    stem = "sweep_gemv_m1" if BITS == 4 else f"sweep_gemv_m1_w{BITS}"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=0)
+    if rows:
+        with open(os.path.join(args.out, stem + ".csv"), "w", newline="") as f:
+            cols = list(dict.fromkeys(k for r in rows for k in r))
+            wr = csv.DictWriter(f, fieldnames=cols)
+            wr.writeheader()
+            wr.writerows(rows)
+    report(rows)
+    table = fit(rows, args.ksplit_margin)
+    src = table_source(table)
+    with open(os.path.join(args.out, "tuned_table.py" if BITS == 4 else f"tuned_table_w{BITS}.py"), "w") as f:
+        f.write(src + "\n")
+    print(src)
+    print(f"sweep done in {time.time() - t0:.0f}s; {sum(r['correct'] for r in rows)}/{len(rows)} rows correct",
+          flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
