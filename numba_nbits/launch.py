@@ -18,9 +18,7 @@ module removes that cost:
   pointers; the driver copies the parameters at launch.
 * The per-call cost is kept small: ``set_array`` remembers, per thread and argument, the shape,
   strides and itemsize it last wrote and then rewrites only the data-pointer slot; ``launch`` calls
-  ``cuLaunchKernel`` through cuda-bindings with the pre-built ``void**`` table. ``launch.USE_CTYPES =
-  True`` calls libcuda through ctypes instead; on the H200 (perf/bench_host.py, 2026-11-30) it was not
-  faster (plan-level 9.83 us/call with ctypes vs 8.95 us with cuda-bindings), so it is off by default.
+  ``cuLaunchKernel`` through cuda-bindings with the pre-built ``void**`` table.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch
   with NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
 * **Compiled-kernel cache.** numba's pipeline (typing, lowering, NVVM) takes ~1.5-7 s per
@@ -55,7 +53,6 @@ module removes that cost:
 """
 from __future__ import annotations
 
-import ctypes
 import enum
 import hashlib
 import json
@@ -85,37 +82,6 @@ def simulated() -> bool:
 
         _SIMULATED = bool(config.ENABLE_CUDASIM)  # fixed once numba is imported
     return _SIMULATED
-
-
-# libcuda through ctypes for the two per-call driver calls (cuLaunchKernel, cuStreamIsCapturing):
-# same driver entry points as cuda-bindings' (the legacy-default-stream ones), without its wrappers.
-USE_CTYPES = False
-_LIBCUDA = None
-
-
-def _libcuda():
-    """(cuLaunchKernel, cuStreamIsCapturing) as ctypes functions, or False when libcuda cannot be loaded."""
-    global _LIBCUDA
-    if _LIBCUDA is None:
-        try:
-            import ctypes
-
-            import os
-
-            lib = ctypes.CDLL("libcuda.so.1")
-            # cuda-bindings resolves the per-thread-default-stream variants when this is set; follow it
-            ptsz = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-            launch = lib.cuLaunchKernel_ptsz if ptsz else lib.cuLaunchKernel
-            # no argtypes: every argument is passed as a ready ctypes object (c_void_p / c_uint, or None
-            # for NULL), which skips the per-call from_param conversions (about half the call's cost)
-            launch.restype = ctypes.c_int
-            capturing = lib.cuStreamIsCapturing_ptsz if ptsz else lib.cuStreamIsCapturing
-            capturing.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-            capturing.restype = ctypes.c_int
-            _LIBCUDA = (launch, capturing, ctypes)
-        except (OSError, AttributeError):
-            _LIBCUDA = False
-    return _LIBCUDA
 
 
 _CUDA_ERROR_INVALID_CONTEXT = 201  # what the driver answers on a thread with no current context
@@ -156,19 +122,6 @@ def is_capturing(stream_handle: int) -> bool:
     """Whether ``stream_handle`` is capturing a CUDA graph (always False under the simulator)."""
     if _SIMULATED or (_SIMULATED is None and simulated()):
         return False
-    lib = _libcuda() if USE_CTYPES else False
-    if lib:
-        ctypes = lib[2]
-        status = ctypes.c_int(0)
-        err = lib[1](stream_handle or None, ctypes.byref(status))
-        if err == _CUDA_ERROR_INVALID_CONTEXT:
-            _make_context_current()
-            err = lib[1](stream_handle or None, ctypes.byref(status))
-        if err == 0:
-            return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE == 0
-        if err == _CUDA_ERROR_NOT_INITIALIZED:  # CUDA not initialised in this process: no stream can capture
-            return False
-        # fall through: the bindings path raises with the driver's error name
     drv = _drv()
     res = drv.cuStreamIsCapturing(drv.CUstream(stream_handle))
     if int(res[0]) == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context: as above
@@ -684,22 +637,20 @@ class _Bufs:
     """One thread's parameter buffer: the int64 slots, the ``void**`` table pointing at them, the
     table's address, and per argument the (shape, strides, itemsize) last written (None: unknown)."""
 
-    __slots__ = ("vals", "ptrs", "addr", "addr_c", "keys", "stream", "stream_c")
+    __slots__ = ("vals", "ptrs", "addr", "keys")
 
     def __init__(self, vals: np.ndarray, keys: list):
         self.vals = vals
         self.ptrs = np.arange(vals.size, dtype=np.uint64) * np.uint64(8) + np.uint64(vals.ctypes.data)
         self.addr = int(self.ptrs.ctypes.data)
-        self.addr_c = ctypes.c_void_p(self.addr)
         self.keys = keys
-        self.stream, self.stream_c = 0, None  # the last stream launched on, as a ctypes argument
 
 
 class Launch:
     """A kernel bound to its launch geometry and a packed parameter buffer (see module docstring)."""
 
     __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_template", "_args", "_tls",
-                 "_func", "_fh", "_layout", "_cargs")
+                 "_func", "_layout")
 
     def __init__(self, kernel: Kernel, grid, block, args: Sequence[Any], shared_mem: int = 0):
         if len(args) != len(kernel.argtypes):
@@ -714,16 +665,11 @@ class Launch:
             kernel.ensure_dynamic_shared(shared_mem)
         self._args = list(args)
         if simulated():
-            self._vals = self._template = self._layout = self._func = self._fh = self._cargs = None
+            self._vals = self._template = self._layout = self._func = None
             return
         (layout, nslots) = kernel._layout
         self._layout = layout
         self._func = kernel._func
-        self._fh = int(kernel._func)  # the raw handle, for the ctypes launch
-        g, b = self.grid, self.block
-        u = ctypes.c_uint
-        self._cargs = (ctypes.c_void_p(self._fh), u(g[0]), u(g[1]), u(g[2]), u(b[0]), u(b[1]), u(b[2]),
-                       u(self.shared_mem))
         tpl = _Bufs(np.zeros(max(nslots, 1), dtype=np.int64), [None] * len(args))
         self._vals = tpl.vals
         for i, a in enumerate(args):
@@ -807,11 +753,6 @@ class Launch:
                 check((err,), f"cuLaunchKernel({self.kernel.name})")
 
     def _launch_once(self, stream: int, b: _Bufs) -> int:
-        lib = _libcuda() if USE_CTYPES else False
-        if lib:
-            if stream != b.stream:
-                b.stream, b.stream_c = stream, (ctypes.c_void_p(stream) if stream else None)
-            return lib[0](*self._cargs, b.stream_c, b.addr_c, None)
         drv = _drv()
         g, bl = self.grid, self.block
         err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], bl[0], bl[1], bl[2], self.shared_mem,
