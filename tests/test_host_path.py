@@ -17,6 +17,8 @@ from conftest import SIMULATED, requires_gpu, to_dev
 import numba_nbits as nb
 from numba_nbits import arrays, launch
 from numba_nbits.arrays import DevArray, _mk, adapt_input
+from numba_nbits.launch import driver as launch_driver
+from numba_nbits.launch import kernel as launch_kernel
 
 
 def fields(a):
@@ -211,7 +213,7 @@ class _FakeKernel:
     def __init__(self, argtypes):
         self.name = "fake"
         self.argtypes = tuple(argtypes)
-        self._layout = launch._layout_of(self.argtypes)
+        self._layout = launch_kernel._layout_of(self.argtypes)
         self._func = 0xF00
 
     def dispatcher(self):
@@ -242,8 +244,8 @@ def _fake_launch(monkeypatch):
     from numba.cuda import types
 
     drv = _FakeDriver()
-    monkeypatch.setattr(launch, "_SIMULATED", False)
-    monkeypatch.setattr(launch, "_drv", lambda: drv)
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
+    monkeypatch.setattr(launch_kernel, "_drv", lambda: drv)
     k = _FakeKernel((types.float16[::1], types.uint32[:, ::1], types.int64))
     a0 = DevArray(0x100, (8,), (2,), np.float16, None)
     b0 = DevArray(0x200, (2, 4), (16, 4), np.uint32, None)
@@ -398,7 +400,7 @@ def test_launch_retries_once_without_a_context(monkeypatch):
     L, drv = _fake_launch(monkeypatch)
     drv.answers = [201, 0]  # CUDA_ERROR_INVALID_CONTEXT, then success
     made = []
-    monkeypatch.setattr(launch, "_make_context_current", lambda: made.append(1))
+    monkeypatch.setattr(launch_kernel, "_make_context_current", lambda: made.append(1))
     L.launch(0)
     assert made == [1] and drv.answers == [] and len(drv.calls) == 2
 

@@ -1,4 +1,4 @@
-"""The compiled-kernel cache of ``launch.py``: keys (fingerprints), the on-disk store, the knobs, and on a
+"""The compiled-kernel cache (``launch/cache.py``): keys (fingerprints), the on-disk store, the knobs, and on a
 GPU the load path (a second ``Kernel`` of the same specialisation loads the cubin instead of compiling
 and computes the same bytes)."""
 from __future__ import annotations
@@ -16,6 +16,9 @@ from conftest import SIMULATED, requires_gpu, to_dev, to_host
 from numba_nbits import config as C
 from numba_nbits import launch
 from numba_nbits.kernels import bias as bias_mod_global
+from numba_nbits.launch import cache as kcache
+from numba_nbits.launch import driver as launch_driver
+from numba_nbits.launch import kernel as launch_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,15 +26,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _FP_SCRIPT = r"""
 import hashlib, sys
-from numba_nbits import launch
+from numba_nbits.launch import cache as kcache
 from numba_nbits.kernels import bias, dequant, gemv_mma, mixed_gemm
 ks = [gemv_mma.gemv_mma_kernel("float16", 1, gemv_mma.Tactic.parse("t2w8u1"), 128, "none"),
       gemv_mma.gemv_mma_kernel("bfloat16", 2, gemv_mma.Tactic.parse("t2w8u1"), 32, "packed"),
       mixed_gemm.mixed_gemm_kernel("float16", next(iter(mixed_gemm.TACTICS.values())), 128, "typed", True, 80, 4),
       dequant.dequant_kernel(4, "float16", "packed", False), bias.bias_add_kernel("bfloat16")]
 for k in ks:
-    fp = launch.fingerprint(k.pyfunc)
-    print(k.name, hashlib.sha256(fp.encode()).hexdigest(), launch._UNSTABLE in fp)
+    fp = kcache.fingerprint(k.pyfunc)
+    print(k.name, hashlib.sha256(fp.encode()).hexdigest(), kcache._UNSTABLE in fp)
 """
 
 
@@ -77,7 +80,7 @@ def _reads_module_constant(x):
 
 
 def test_fingerprint_tells_closures_globals_and_constants_apart():
-    fp = launch.fingerprint
+    fp = kcache.fingerprint
     assert fp(_factory(1)) == fp(_factory(1))
     assert fp(_factory(1)) != fp(_factory(2))
     assert fp(_factory(1)) != fp(_factory(1.0))  # type matters: int vs float constants compile differently
@@ -104,7 +107,7 @@ def test_fingerprint_tells_closures_globals_and_constants_apart():
     assert fp(_reads_module_constant) == before
     # a value with an address-based repr makes the fingerprint process-local, never a shared key
     obj = object()
-    assert launch._UNSTABLE in fp(_factory(obj))
+    assert kcache._UNSTABLE in fp(_factory(obj))
     # recursion through self-references terminates
     lst = [1]
     lst.append(lst)
@@ -114,7 +117,7 @@ def test_fingerprint_tells_closures_globals_and_constants_apart():
 def test_key_depends_on_name_argtypes_options_and_marks_process_local_parts(monkeypatch):
     from numba.cuda import types
 
-    cache = launch._KernelCache("/nonexistent")
+    cache = kcache._KernelCache("/nonexistent")
     monkeypatch.setattr(cache, "toolchain", lambda: "toolchain-x")
     k1 = launch.Kernel(_factory(1), (types.float32[::1],), name="k")
     k2 = launch.Kernel(_factory(1), (types.float32[::1],), name="k")
@@ -136,10 +139,10 @@ def test_key_depends_on_name_argtypes_options_and_marks_process_local_parts(monk
 
 
 def test_package_fingerprint_covers_every_module(monkeypatch):
-    monkeypatch.setitem(launch._CACHE_STATE, "package", None)
-    monkeypatch.delitem(launch._CACHE_STATE, "package")
-    fp = launch._package_fingerprint()
-    assert len(fp) == 64 and launch._package_fingerprint() == fp
+    monkeypatch.setitem(kcache._CACHE_STATE, "package", None)
+    monkeypatch.delitem(kcache._CACHE_STATE, "package")
+    fp = kcache._package_fingerprint()
+    assert len(fp) == 64 and kcache._package_fingerprint() == fp
 
 
 # ----------------------------------------------------------------------------- the store
@@ -148,7 +151,7 @@ def test_package_fingerprint_covers_every_module(monkeypatch):
 def test_store_and_load_roundtrip_and_every_mismatch_is_a_miss(tmp_path):
     from numba.cuda import types
 
-    cache = launch._KernelCache(str(tmp_path / "kc"))
+    cache = kcache._KernelCache(str(tmp_path / "kc"))
     cache._toolchain = "tc"
     k = launch.Kernel(_factory(1), (types.float32[::1],), name="kern")
     key = "ab" + "0" * 62
@@ -177,7 +180,7 @@ def test_store_into_an_unwritable_place_is_silent(tmp_path):
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    cache = launch._KernelCache(str(blocker / "sub"))  # a directory under a file cannot be made
+    cache = kcache._KernelCache(str(blocker / "sub"))  # a directory under a file cannot be made
     cache._toolchain = "tc"
     with pytest.warns(launch.KernelCacheWarning, match="cannot be created"):
         cache.store("cd" + "0" * 62, launch.Kernel(_factory(1), (types.float32[::1],)), "e", b"123")
@@ -194,7 +197,7 @@ def _stored(tmp_path, directory="kc"):
     """A cache under ``tmp_path/directory`` holding one good file for ``_KEY``; (cache, its path)."""
     from numba.cuda import types
 
-    cache = launch._KernelCache(str(tmp_path / directory))
+    cache = kcache._KernelCache(str(tmp_path / directory))
     cache._toolchain = "tc"
     cache.store(_KEY, launch.Kernel(_factory(1), (types.float32[::1],), name="kern"), "_Z4kern", _CUBIN)
     assert cache.stores == 1
@@ -227,7 +230,7 @@ def test_group_or_world_writable_directory_is_refused_once(tmp_path, mode, why):
     """An existing cache directory others can write to: the cache is off (no load, no store) with one
     KernelCacheWarning naming the directory and the reason, kept in ``refused`` / ``last_error``."""
     cache, path = _stored(tmp_path)
-    fresh = launch._KernelCache(cache.dir)
+    fresh = kcache._KernelCache(cache.dir)
     fresh._toolchain = "tc"
     os.chmod(cache.dir, mode)
     with pytest.warns(launch.KernelCacheWarning) as rec:
@@ -245,7 +248,7 @@ def test_group_or_world_writable_directory_is_refused_once(tmp_path, mode, why):
 
 def test_directory_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     cache, path = _stored(tmp_path)
-    fresh = launch._KernelCache(cache.dir)
+    fresh = kcache._KernelCache(cache.dir)
     uid = os.getuid()
     monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # the files are now another user's
     with pytest.warns(launch.KernelCacheWarning, match=f"owned by uid {uid}, not by this user"):
@@ -258,19 +261,19 @@ def test_refused_directory_turns_the_process_cache_off(tmp_path, monkeypatch):
     bad = tmp_path / "kc"
     bad.mkdir()
     os.chmod(bad, 0o777)
-    monkeypatch.setattr(launch, "_SIMULATED", False)
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
     monkeypatch.setenv(C.ENV_KERNEL_CACHE_DIR, str(bad))
     monkeypatch.delenv(C.ENV_KERNEL_CACHE, raising=False)
-    monkeypatch.delitem(launch._CACHE_STATE, "cache", raising=False)
-    monkeypatch.delitem(launch._CACHE_STATE, "refused", raising=False)
+    monkeypatch.delitem(kcache._CACHE_STATE, "cache", raising=False)
+    monkeypatch.delitem(kcache._CACHE_STATE, "refused", raising=False)
     with pytest.warns(launch.KernelCacheWarning, match="world-writable"):
-        assert launch._kernel_cache() is None
-    assert str(bad) in launch._CACHE_STATE["refused"] and launch._kernel_cache() is None
+        assert kcache._kernel_cache() is None
+    assert str(bad) in kcache._CACHE_STATE["refused"] and kcache._kernel_cache() is None
     # a private directory that does not exist yet is created and used
     good = tmp_path / "new" / "kc"
     monkeypatch.setenv(C.ENV_KERNEL_CACHE_DIR, str(good))
-    monkeypatch.delitem(launch._CACHE_STATE, "cache")
-    assert isinstance(launch._kernel_cache(), launch._KernelCache) and _mode(good) == 0o700
+    monkeypatch.delitem(kcache._CACHE_STATE, "cache")
+    assert isinstance(kcache._kernel_cache(), kcache._KernelCache) and _mode(good) == 0o700
 
 
 @pytest.mark.parametrize("mode", [0o620, 0o602, 0o666], ids=["0620", "0602", "0666"])
@@ -426,7 +429,7 @@ def test_kernel_cache_dir_knobs(tmp_path):
 def test_simulator_has_no_kernel_cache():
     if not SIMULATED:
         pytest.skip("simulator only")
-    assert launch._kernel_cache() is None
+    assert kcache._kernel_cache() is None
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -441,8 +444,8 @@ def test_gpu_second_kernel_loads_the_cubin_and_computes_the_same(tmp_path, monke
 
     from numba_nbits.kernels import bias
 
-    cache = launch._KernelCache(str(tmp_path / "kc"))
-    monkeypatch.setitem(launch._CACHE_STATE, "cache", cache)
+    cache = kcache._KernelCache(str(tmp_path / "kc"))
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", cache)
     k1 = launch.Kernel(bias._make_bias_add("float16"), bias.bias_add_kernel("float16").argtypes,
                        name="bias_add_cache_test")
     k1.ensure()
@@ -535,12 +538,12 @@ def test_ensure_compiles_stores_then_loads_and_falls_back_on_a_bad_cubin(tmp_pat
             loaded.append(image)
             return _FakeModule(image, _Ctx.fail)
 
-    monkeypatch.setattr(launch, "_SIMULATED", False)
-    monkeypatch.setattr(launch, "_current_cc", lambda: (9, 0))
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
+    monkeypatch.setattr(launch_kernel, "_current_cc", lambda: (9, 0))
     monkeypatch.setattr(cuda, "current_context", lambda: _Ctx(), raising=False)
-    cache = launch._KernelCache(str(tmp_path / "kc"))
+    cache = kcache._KernelCache(str(tmp_path / "kc"))
     cache._toolchain = "tc"
-    monkeypatch.setitem(launch._CACHE_STATE, "cache", cache)
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", cache)
     _CountingKernel.compiles = 0
     argtypes = (types.float32[::1], types.int64)
 
@@ -563,7 +566,7 @@ def test_ensure_compiles_stores_then_loads_and_falls_back_on_a_bad_cubin(tmp_pat
     k4.ensure()
     assert _CountingKernel.compiles == 3 and not k4.from_cache and cache.errors == 1 and int(k4._func) == 0x1234
     # the cache turned off: always compiled
-    monkeypatch.setitem(launch._CACHE_STATE, "cache", None)
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", None)
     k5 = _CountingKernel(_factory(1), argtypes, name="k")
     k5.ensure()
     assert _CountingKernel.compiles == 4 and not k5.from_cache

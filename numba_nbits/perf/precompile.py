@@ -6,7 +6,7 @@ the timing process. With ``--compile-workers N`` the runner first starts N proce
 ``main``), each building the operators of every N-th group of cases at its real shape and calling
 ``warmup(M)`` for dispatch's route and every forced eligible route — exactly what the timing process
 does before it times — so each kernel is compiled once, in parallel, and written to the compiled-
-kernel cache (``launch.py``). The timing process then loads cubins instead of compiling. Workers do
+kernel cache (``launch/cache.py``). The timing process then loads cubins instead of compiling. Workers do
 no timing; they finish before the timing starts, so they never share the GPU with a measurement. A
 worker's error is only counted: the timing process meets the same error and reports it in its row.
 The cache counters come from ``numba_nbits.precompile.cache_stats`` (the model-level precompile's).

@@ -130,11 +130,11 @@ def precompile_step(opts: Options, meta: dict, simulated: bool) -> None:
     timing. Nothing under the simulator (no kernel cache there)."""
     if opts.compile_workers <= 0 or simulated:
         return
-    from .. import launch
+    from ..launch.cache import _CACHE_STATE, _kernel_cache
     from .precompile import run_workers
 
-    if launch._kernel_cache() is None:
-        why = launch._CACHE_STATE.get("refused") or "NUMBA_NBITS_KERNEL_CACHE=0"
+    if _kernel_cache() is None:
+        why = _CACHE_STATE.get("refused") or "NUMBA_NBITS_KERNEL_CACHE=0"
         meta["notes"].append(("precompile", f"--compile-workers ignored: the kernel cache is off ({why})"))
         return
     pc = meta["precompile"] = run_workers(opts.cases, opts.compile_workers, seed=opts.seed, routes=opts.routes,
