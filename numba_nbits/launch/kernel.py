@@ -21,18 +21,24 @@
   streams never see each other's pointers; the driver copies the parameters at launch.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch with
   NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
+
+Array arguments are ``arrays.DevArray`` views, read only through their fields (``ptr``, ``shape``, byte
+``strides``, ``dtype``; ``host_view()`` under the simulator), so this module does not import ``arrays``:
+``arrays`` sits above the launcher and checks its copies with ``driver.check``.
 """
 from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..arrays import DevArray
 from .cache import _cubin_bytes, _kernel_cache, _object_code
 from .driver import _CUDA_ERROR_INVALID_CONTEXT, _current_cc, _drv, _make_context_current, check, simulated
+
+if TYPE_CHECKING:  # annotations only: arrays imports launch.driver
+    from ..arrays import DevArray
 
 _GPU_ONLY_JIT_OPTIONS = ("lineinfo", "launch_bounds", "max_registers", "forceinline", "lto", "extensions")
 _COMPILE_LOCK = threading.RLock()
@@ -211,7 +217,7 @@ class Launch:
         self._vals = tpl.vals
         for i, a in enumerate(args):
             if layout[i][2] == "array":
-                self._write_array(tpl, i, a)
+                self._write_array(tpl, i, a.ptr, a.shape, a.strides, a.dtype)
             else:
                 self._write_scalar(tpl, i, a)
         self._template = tpl  # never written again: each thread (this one too) launches from its copy
@@ -224,16 +230,17 @@ class Launch:
             b = self._tls.bufs = _Bufs(tpl.vals.copy(), list(tpl.keys))
         return b
 
-    def _write_array(self, b: _Bufs, i: int, a: DevArray) -> None:
+    def _write_array(self, b: _Bufs, i: int, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype) -> None:
+        """Write all slots of array argument ``i``: the array at ``ptr`` with ``shape``, byte ``strides``, ``dtype``."""
         first, n, kind, t = self._layout[i]
         if kind != "array":
             raise TypeError(f"{self.kernel.name}: argument {i} is a scalar, not an array")
-        shape, strides, its = a.shape, a.strides, a.dtype.itemsize
+        its = dtype.itemsize
         if len(shape) != t.ndim:
-            raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {a.shape}")
+            raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {shape}")
         if its != t.dtype.bitwidth // 8:
-            raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {a.dtype}")
-        b.vals[first:first + n] = (0, 0, math.prod(shape), its, a.ptr, *shape, *strides)
+            raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {dtype}")
+        b.vals[first:first + n] = (0, 0, math.prod(shape), its, ptr, *shape, *strides)
         b.keys[i] = (shape, strides, its)
 
     def _write_scalar(self, b: _Bufs, i: int, v) -> None:
@@ -257,7 +264,7 @@ class Launch:
         if key is not None and key[0] == a.shape and key[1] == a.strides and key[2] == a.dtype.itemsize:
             b.vals[self._layout[i][0] + 4] = a.ptr
         else:
-            self._write_array(b, i, a)
+            self._write_array(b, i, a.ptr, a.shape, a.strides, a.dtype)
 
     def set_array_ptr(self, i: int, ptr: int, like: DevArray) -> None:
         """``set_array(i, a)`` for ``a`` = ``like`` (shape, strides, dtype) at address ``ptr``, without
@@ -267,7 +274,7 @@ class Launch:
         if key is not None and key[0] == like.shape and key[1] == like.strides and key[2] == like.dtype.itemsize:
             b.vals[self._layout[i][0] + 4] = ptr
         else:
-            self._write_array(b, i, DevArray(ptr, like.shape, like.strides, like.dtype, None))
+            self._write_array(b, i, int(ptr), like.shape, like.strides, like.dtype)
 
     def set_scalar(self, i: int, v) -> None:
         if self._vals is None:
@@ -303,6 +310,6 @@ class Launch:
 
         simulator.install()
         disp = self.kernel.dispatcher()
-        args = [a.host_view() if isinstance(a, DevArray) else a for a in self._args]
+        args = [a.host_view() if hasattr(a, "host_view") else a for a in self._args]  # DevArrays; scalars as they are
         with _COMPILE_LOCK:  # the simulator runs one launch at a time
             disp[self.grid, self.block, 0, self.shared_mem](*args)
