@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import SIMULATED, requires_gpu, to_dev, to_host
+from test_imports import import_graph, reachable
 
 from numba_nbits import config as C
 from numba_nbits import launch
@@ -138,11 +139,57 @@ def test_key_depends_on_name_argtypes_options_and_marks_process_local_parts(monk
     assert cache.key(k3) != a
 
 
-def test_package_fingerprint_covers_every_module(monkeypatch):
-    monkeypatch.setitem(kcache._CACHE_STATE, "package", None)
-    monkeypatch.delitem(kcache._CACHE_STATE, "package")
-    fp = kcache._package_fingerprint()
-    assert len(fp) == 64 and kcache._package_fingerprint() == fp
+def _module_of(rel: str) -> str:
+    """``kernels/bias.py`` -> ``numba_nbits.kernels.bias`` (a package's ``__init__.py`` -> the package)."""
+    parts = ["numba_nbits"] + rel[:-len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_kernel_sources_are_the_modules_kernels_import():
+    """``KERNEL_SOURCES`` covers exactly the package modules the kernel families and the launcher reach
+    through their imports (inside functions too): editing one of them changes every key, editing any
+    other module (the operator, the front ends, the perf tooling) changes none."""
+    graph = import_graph(module_level=False)
+    start = [m for m in graph if m.startswith("numba_nbits.kernels")] + ["numba_nbits.launch.kernel"]
+    reached = reachable(graph, start)
+    covered = {_module_of(f) for f in kcache.kernel_source_files()}
+    assert not reached - covered, ("kernels import modules the cache key does not cover; add them to "
+                                   f"launch.cache.KERNEL_SOURCES: {sorted(reached - covered)}")
+    assert not covered - reached, ("launch.cache.KERNEL_SOURCES covers modules no kernel imports: "
+                                   f"{sorted(covered - reached)}")
+    assert {"numba_nbits.perf.report", "numba_nbits.op", "numba_nbits.torch"}.isdisjoint(covered)
+    assert {"numba_nbits.kernels.bias", "numba_nbits.launch.kernel", "numba_nbits.formats"} <= covered
+
+
+def test_key_changes_with_a_kernel_module_and_not_with_a_report_formatter(tmp_path, monkeypatch):
+    """In a copy of the package: editing ``perf/report.py`` (or the operator) keeps the key, editing a
+    kernel module or the launcher changes it; the process computes the sources' fingerprint once."""
+    import shutil
+
+    from numba.cuda import types
+
+    pkg = tmp_path / "numba_nbits"
+    shutil.copytree(os.path.join(ROOT, "numba_nbits"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    fp = kcache._sources_fingerprint()
+    assert len(fp) == 64 and kcache._sources_fingerprint() == fp == kcache.sources_fingerprint()
+    assert kcache.sources_fingerprint(str(pkg)) == fp  # the copy has the same sources
+    monkeypatch.setattr(kcache, "_PACKAGE_DIR", str(pkg))
+    monkeypatch.setitem(kcache._CACHE_STATE, "sources", None)  # restored after the test
+    cache = kcache._KernelCache("/nonexistent")
+    monkeypatch.setattr(cache, "toolchain", lambda: "toolchain-x")
+    k = launch.Kernel(_factory(1), (types.float32[::1],), name="k")
+
+    def key_after_editing(*files):
+        for f in files:
+            (pkg / f).write_text((pkg / f).read_text() + "\n# edited\n")
+        kcache._CACHE_STATE["sources"] = None  # as in a new process
+        return cache.key(k)
+
+    base = key_after_editing()
+    assert key_after_editing("perf/report.py", "op.py") == base
+    edited = key_after_editing("kernels/bias.py")
+    assert edited != base
+    assert key_after_editing("launch/kernel.py") not in (base, edited)
 
 
 # ----------------------------------------------------------------------------- the store

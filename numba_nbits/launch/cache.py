@@ -8,13 +8,15 @@ turns it off), one file per key, ``<dir>/<key[:2]>/<key>.cubin``; a later ``Kern
 in this or another process, loads the cubin through numba's context (``create_module_image`` +
 ``get_function``, what numba does with its own cubins) instead of compiling.
 
-**The key** is a sha256 over the cache format, the source of every ``numba_nbits`` module, the
-toolchain (numba / numba-cuda / NVVM versions, driver version, compute capability), the kernel's name,
-argument types and jit options, and ``fingerprint(pyfunc)``: a structural description of the Python
-function (its bytecode, constants, closure values and the globals it names, recursively through the
-functions it calls, so closures of one factory with different constants get different keys). A value
-the fingerprint cannot describe stably (an object whose ``repr`` is its address) makes the key unique
-to the process: never a wrong hit, only a miss.
+**The key** is a sha256 over the cache format, the source of the modules kernels are built from
+(``KERNEL_SOURCES``: ``kernels/``, ``launch/`` and the package modules they import, so editing a report
+formatter keeps every compiled kernel), the toolchain (numba / numba-cuda / NVVM versions, driver
+version, compute capability), the kernel's name, argument types and jit options, and
+``fingerprint(pyfunc)``: a structural description of the Python function (its bytecode, constants,
+closure values and the globals it names, recursively through the functions it calls, so closures of
+one factory with different constants get different keys). A value the fingerprint cannot describe
+stably (an object whose ``repr`` is its address) makes the key unique to the process: never a wrong
+hit, only a miss.
 
 **Trust.** The directory is a place code is loaded from, so it is private and checked the way ssh
 checks its keys:
@@ -53,26 +55,49 @@ if TYPE_CHECKING:  # annotations only: kernel.py imports this module
 
 
 _CACHE_FORMAT = "numba_nbits-kernel-cache-2"
-_CACHE_STATE: dict = {}  # "cache": the process's _KernelCache or None (resolved once); "refused": why off
+# "cache": the process's _KernelCache or None (resolved once); "refused": why it is off; "sources": the
+# kernel sources' fingerprint (computed once)
+_CACHE_STATE: dict = {}
 _UNSTABLE = "@@id@@"  # marks a fingerprint part that names an object by its address
 
 
-def _package_fingerprint() -> str:
-    """sha256 over the path and bytes of every ``.py`` file of the numba_nbits package (computed once)."""
-    fp = _CACHE_STATE.get("package")
+#: What kernels are built from, relative to the package directory: the kernel families, the launcher and
+#: every package module they import (at module level or inside functions, directly or through each other).
+#: ``tests/test_kernel_cache.py`` checks this against a static scan of those imports.
+KERNEL_SOURCES = ("kernels", "launch", "dispatch", "arrays.py", "config.py", "formats.py")
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def kernel_source_files(root: str = _PACKAGE_DIR) -> list[str]:
+    """The ``.py`` files of ``KERNEL_SOURCES`` under the package directory ``root``, as sorted relative paths."""
+    files = []
+    for entry in KERNEL_SOURCES:
+        path = os.path.join(root, entry)
+        if entry.endswith(".py"):
+            files.append(entry)
+            continue
+        for d, dirs, names in os.walk(path):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            files += [os.path.relpath(os.path.join(d, f), root) for f in names if f.endswith(".py")]
+    return sorted(files)
+
+
+def sources_fingerprint(root: str = _PACKAGE_DIR) -> str:
+    """sha256 over the relative path and bytes of every kernel source file under ``root``."""
+    h = hashlib.sha256()
+    for rel in kernel_source_files(root):
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(root, rel), "rb") as fh:
+            h.update(fh.read())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _sources_fingerprint() -> str:
+    """``sources_fingerprint()`` of this package, computed once per process."""
+    fp = _CACHE_STATE.get("sources")
     if fp is None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        h = hashlib.sha256()
-        for d, dirs, files in os.walk(root):
-            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    path = os.path.join(d, f)
-                    h.update(os.path.relpath(path, root).encode() + b"\0")
-                    with open(path, "rb") as fh:
-                        h.update(fh.read())
-                    h.update(b"\0")
-        fp = _CACHE_STATE["package"] = h.hexdigest()
+        fp = _CACHE_STATE["sources"] = sources_fingerprint(_PACKAGE_DIR)
     return fp
 
 
@@ -276,7 +301,7 @@ class _KernelCache:
         if _UNSTABLE in fp:  # something only this process can name: no cross-process key
             fp += f";process={os.getpid()}"
         h = hashlib.sha256()
-        for part in (_CACHE_FORMAT, _package_fingerprint(), self.toolchain(), k.name, repr(k.argtypes),
+        for part in (_CACHE_FORMAT, _sources_fingerprint(), self.toolchain(), k.name, repr(k.argtypes),
                      fingerprint(dict(k.options)), fp):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
