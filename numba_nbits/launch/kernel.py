@@ -15,7 +15,7 @@
   pre-built ``void**`` table: nothing is allocated, synchronised or compiled, so it is safe while a
   CUDA graph is being captured. ``set_array`` remembers, per thread and argument, the shape, strides
   and itemsize it last wrote and then rewrites only the data-pointer slot. A ctypes call into libcuda
-  measured no faster than cuda-bindings' (``benchmarks/results/2026-11-30-h200-session/``).
+  measured within run-to-run noise of cuda-bindings' (``benchmarks/results/2026-11-30-h200-session/``).
 * Each thread gets its own copy of the parameter buffer, made on its first use of the launch from a
   template that is never written after construction, so threads calling one operator on their own
   streams never see each other's pointers; the driver copies the parameters at launch.
