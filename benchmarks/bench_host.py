@@ -12,8 +12,7 @@ arrays; torch and CuPy when installed with CUDA) it times
                      caching allocator; CuPy: its memory pool);
 * ``op(A, out=O, stream=s)`` with an explicit stream (numba only);
 
-and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches),
-the same with cuda-bindings' ``cuLaunchKernel`` instead of the ctypes one (``launch.USE_CTYPES``),
+and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches)
 and ``adapt_input`` per kind.
 
 Then one row per remaining route of the dispatch table (``ROUTE_CASES``: 4-bit GEMV at M=8 and with a
@@ -189,7 +188,6 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
     """The detailed rows of one route (every call form, adapt_input, entry.run)."""
     from numba import cuda
 
-    from numba_nbits import launch
     from numba_nbits.arrays import _mk, adapt_input
 
     A_host = rng.standard_normal((M, K)).astype(np.float16)
@@ -217,17 +215,8 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
             else:
                 a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
                 o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
-            prev = launch.USE_CTYPES
-            try:
-                launch.USE_CTYPES = True
-                h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                add(route, M, "-", "entry.run (ctypes launch)", h, per, gpu)
-                if not sim:
-                    launch.USE_CTYPES = False
-                    h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-                    add(route, M, "-", "entry.run (bindings launch)", h, per, gpu)
-            finally:
-                launch.USE_CTYPES = prev
+            h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
+            add(route, M, "-", "entry.run", h, per, gpu)
     return gpu
 
 

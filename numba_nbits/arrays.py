@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .launch.driver import check
+
 __all__ = ["DevArray", "bfloat16", "dtype_name", "stream_handle", "ArrayIn", "adapt_input"]
 
 
@@ -469,8 +471,6 @@ def to_host(d: DevArray, stream: int = 0) -> np.ndarray:
     if out.nbytes:
         from cuda.bindings import driver
 
-        from .launch import check
-
         check(driver.cuMemcpyDtoHAsync(out.ctypes.data, d.ptr, out.nbytes, stream), "cuMemcpyDtoHAsync")
         check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
     return out
@@ -483,8 +483,6 @@ def copy_h2d(dst: DevArray, src: np.ndarray, stream: int = 0) -> None:
         return
     if src.nbytes:
         from cuda.bindings import driver
-
-        from .launch import check
 
         check(driver.cuMemcpyHtoDAsync(dst.ptr, src.ctypes.data, src.nbytes, stream), "cuMemcpyHtoDAsync")
 

@@ -551,11 +551,11 @@ def _rows() -> tuple[EnvRow, ...]:
 
 
 #: The process-wide variables (not part of :class:`Config`: they configure the compiled-kernel cache
-#: of ``launch.py``, shared by every operator of the process; read once, at the first compilation).
+#: of ``launch/cache.py``, shared by every operator of the process; read once, at the first compilation).
 PROCESS_ENV_TABLE: tuple[EnvRow, ...] = (
     EnvRow(ENV_KERNEL_CACHE, "env", "1", "bool: 0/1/true/false; empty = default",
            "keep compiled kernels (cubins) on disk and load them instead of compiling again "
-           "(per process, machine and toolchain; see `launch.py`)", "— (process-wide)"),
+           "(per process, machine and toolchain; see `launch/cache.py`)", "— (process-wide)"),
     EnvRow(ENV_KERNEL_CACHE_DIR, "env", "`$XDG_CACHE_HOME/numba_nbits/kernels` (else `~/.cache/...`)",
            "path; empty = default", "directory of the compiled-kernel cache", "— (process-wide)"),
 )
@@ -566,7 +566,7 @@ ENV_TABLE: tuple[EnvRow, ...] = _rows()
 
 def kernel_cache_dir(env: Mapping[str, str]) -> str | None:
     """The compiled-kernel cache directory from ``NUMBA_NBITS_KERNEL_CACHE`` /
-    ``NUMBA_NBITS_KERNEL_CACHE_DIR`` of ``env`` (``launch.py`` passes the process environment at the first
+    ``NUMBA_NBITS_KERNEL_CACHE_DIR`` of ``env`` (``launch/cache.py`` passes the process environment at the first
     compilation), or None when the cache is off.
 
     Raises ValueError naming the variable for a value that does not parse."""

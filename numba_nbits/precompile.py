@@ -3,7 +3,7 @@
 A first call compiles: every kernel specialisation a plan needs (dtype, bits, block size, zero-point
 kind, bias, tile shape, M tile, the fpA_intB profiler's candidate tactics) goes through numba's
 pipeline, ~1.5-7 s each, one after another in the serving process. ``precompile`` does that work
-up front in worker processes, so a later process loads cubins from the kernel cache (``launch.py``)
+up front in worker processes, so a later process loads cubins from the kernel cache (``launch/cache.py``)
 instead of compiling.
 
     numba_nbits.precompile(targets, M=range(1, 4097), workers=None, config=None, progress=True)

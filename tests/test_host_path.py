@@ -1,10 +1,10 @@
 """The per-call host path: fast input adapters, cheap DevArray views, the launcher's per-thread buffers.
 
-The fast paths (``arrays._adapt_numba`` / ``_adapt_torch`` / ``_adapt_cupy``, the ctypes
-``cuLaunchKernel``) only run on a GPU in normal use. Here they are also driven with stand-in objects
-on any machine and compared field by field with the generic (reference) paths; on a GPU the real
-numba / torch / CuPy objects are compared too, and a launch through ctypes is checked against one
-through cuda-bindings.
+The fast paths (``arrays._adapt_numba`` / ``_adapt_torch`` / ``_adapt_cupy``, the launcher's packed
+parameter buffers) only run on a GPU in normal use. Here they are also driven with stand-in objects
+on any machine (a stand-in driver records each ``cuLaunchKernel``) and the adapters are compared field
+by field with the generic (reference) paths; on a GPU the real numba / torch / CuPy objects are
+compared too.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from conftest import SIMULATED, requires_gpu, to_dev
 import numba_nbits as nb
 from numba_nbits import arrays, launch
 from numba_nbits.arrays import DevArray, _mk, adapt_input
+from numba_nbits.launch import driver as launch_driver
+from numba_nbits.launch import kernel as launch_kernel
 
 
 def fields(a):
@@ -211,7 +213,7 @@ class _FakeKernel:
     def __init__(self, argtypes):
         self.name = "fake"
         self.argtypes = tuple(argtypes)
-        self._layout = launch._layout_of(self.argtypes)
+        self._layout = launch_kernel._layout_of(self.argtypes)
         self._func = 0xF00
 
     def dispatcher(self):
@@ -221,39 +223,42 @@ class _FakeKernel:
         return None
 
 
-def _fake_launch(monkeypatch):
-    """A ``Launch`` built as on a GPU, whose cuLaunchKernel records (args, the int64 parameter slots)."""
-    import ctypes
+class _FakeDriver:
+    """Stands in for ``cuda.bindings.driver``: ``cuLaunchKernel`` records (its arguments, the first 12 int64
+    parameter slots its ``void**`` table points at) and answers the next of ``answers`` (0 when none are left)."""
 
+    def __init__(self):
+        self.calls, self.answers = [], []
+
+    def cuLaunchKernel(self, *args):
+        import ctypes
+
+        table = args[9]
+        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * 12).from_address(table))
+        self.calls.append((args, [ctypes.c_int64.from_address(int(p)).value for p in ptrs]))
+        return (self.answers.pop(0) if self.answers else 0,)
+
+
+def _fake_launch(monkeypatch):
+    """A ``Launch`` built as on a GPU, launching through a ``_FakeDriver`` (returned with it)."""
     from numba.cuda import types
 
-    calls = []
-
-    def cu_launch(*args):
-        # the launch passes ready ctypes objects (None for NULL); read them back as ints
-        args = tuple(a.value if isinstance(a, (ctypes.c_void_p, ctypes.c_uint)) else a for a in args)
-        table = args[9]
-        n = 12
-        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(table))
-        vals = [ctypes.c_int64.from_address(int(p)).value for p in ptrs]
-        calls.append((args, vals))
-        return 0
-
-    monkeypatch.setattr(launch, "_SIMULATED", False)
-    monkeypatch.setattr(launch, "_LIBCUDA", (cu_launch, None, ctypes))
-    monkeypatch.setattr(launch, "USE_CTYPES", True)
+    drv = _FakeDriver()
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
+    monkeypatch.setattr(launch_kernel, "_drv", lambda: drv)
     k = _FakeKernel((types.float16[::1], types.uint32[:, ::1], types.int64))
     a0 = DevArray(0x100, (8,), (2,), np.float16, None)
     b0 = DevArray(0x200, (2, 4), (16, 4), np.uint32, None)
     L = launch.Launch(k, (3, 2), 64, (a0, b0, 7), shared_mem=0)
-    return L, calls
+    return L, drv
 
 
-def test_launch_rewrites_only_the_pointer_and_launches_through_ctypes(monkeypatch):
-    L, calls = _fake_launch(monkeypatch)
+def test_launch_rewrites_only_the_pointer_and_launches_once(monkeypatch):
+    L, drv = _fake_launch(monkeypatch)
+    calls = drv.calls
     L.launch(0)
     args, vals = calls[-1]
-    assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] is None and args[10] is None
+    assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] == 0 and args[10] == 0
     assert vals == [0, 0, 8, 2, 0x100, 8, 2, 0, 0, 8, 4, 0x200]  # first 12 slots: array 0, then array 1's head
     L.set_array(0, DevArray(0x140, (8,), (2,), np.float16, None))
     L.launch(0x77)
@@ -271,7 +276,8 @@ def test_launch_rewrites_only_the_pointer_and_launches_through_ctypes(monkeypatc
 
 
 def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
-    L, calls = _fake_launch(monkeypatch)
+    L, drv = _fake_launch(monkeypatch)
+    calls = drv.calls
     like = DevArray(0, (4,), (2,), np.float16, None)
     L.set_array_ptr(0, 0x300, like)  # new layout in this thread: all the argument's slots
     L.launch(0)
@@ -291,7 +297,8 @@ def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
 
 
 def test_launch_threads_have_their_own_buffers(monkeypatch):
-    L, calls = _fake_launch(monkeypatch)
+    L, drv = _fake_launch(monkeypatch)
+    calls = drv.calls
     L.set_array(0, DevArray(0x111, (8,), (2,), np.float16, None))
     seen = {}
     together = threading.Barrier(4)
@@ -316,10 +323,8 @@ def test_launch_threads_have_their_own_buffers(monkeypatch):
 
 def test_launch_error_is_reported(monkeypatch):
     pytest.importorskip("cuda.bindings")
-    L, calls = _fake_launch(monkeypatch)
-    import ctypes
-
-    monkeypatch.setattr(launch, "_LIBCUDA", (lambda *a: 1, None, ctypes))  # CUDA_ERROR_INVALID_VALUE
+    L, drv = _fake_launch(monkeypatch)
+    drv.answers = [1]  # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(RuntimeError, match=r"cuLaunchKernel\(fake\) failed: .*\(1\)"):
         L.launch(0)
 
@@ -362,33 +367,6 @@ def test_gpu_fast_adapters_match_generic_on_real_objects():
 
 
 @requires_gpu
-def test_gpu_ctypes_and_bindings_launches_agree(rng):
-    from numba import cuda
-
-    from numba_nbits.formats import quantize
-
-    K, N = 256, 128
-    B, sc, _ = quantize(rng.standard_normal((N, K)).astype(np.float32), bits=4, block_size=32, symmetric=True)
-    op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32)
-    A = to_dev(rng.standard_normal((1, K)).astype(np.float16))
-    outs = []
-    prev = launch.USE_CTYPES
-    try:
-        for use in (True, False):
-            launch.USE_CTYPES = use
-            o = cuda.device_array((1, N), np.float16)
-            op(A, out=o)
-            assert launch.is_capturing(0) is False
-            outs.append(o.copy_to_host())
-    finally:
-        launch.USE_CTYPES = prev
-    cuda.synchronize()
-    np.testing.assert_array_equal(outs[0], outs[1])
-    if launch._libcuda() is False:
-        pytest.skip("libcuda.so.1 not loadable through ctypes: the bindings path was used both times")
-
-
-@requires_gpu
 def test_gpu_call_from_a_thread_with_no_cuda_context(rng):
     """A thread whose first CUDA call is op(...) on arrays made elsewhere: the launch finds no current
     context, makes numba's current and retries (numba's own per-call lookups used to do that)."""
@@ -419,15 +397,12 @@ def test_gpu_call_from_a_thread_with_no_cuda_context(rng):
 
 
 def test_launch_retries_once_without_a_context(monkeypatch):
-    import ctypes
-
-    L, calls = _fake_launch(monkeypatch)
-    answers = [201, 0]
+    L, drv = _fake_launch(monkeypatch)
+    drv.answers = [201, 0]  # CUDA_ERROR_INVALID_CONTEXT, then success
     made = []
-    monkeypatch.setattr(launch, "_LIBCUDA", (lambda *a: answers.pop(0), None, ctypes))
-    monkeypatch.setattr(launch, "_make_context_current", lambda: made.append(1))
+    monkeypatch.setattr(launch_kernel, "_make_context_current", lambda: made.append(1))
     L.launch(0)
-    assert made == [1] and answers == []
+    assert made == [1] and drv.answers == [] and len(drv.calls) == 2
 
 
 @pytest.mark.skipif(not SIMULATED, reason="simulator behaviour")

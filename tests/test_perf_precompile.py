@@ -59,7 +59,7 @@ def test_summary_line_names_the_precompile():
 
 
 def test_runner_step_runs_workers_only_on_a_gpu_with_the_cache_on(monkeypatch):
-    from numba_nbits import launch
+    from numba_nbits.launch import cache as kcache
     from numba_nbits.perf import runner
 
     calls = []
@@ -74,10 +74,10 @@ def test_runner_step_runs_workers_only_on_a_gpu_with_the_cache_on(monkeypatch):
     meta = {"notes": []}
     runner.precompile_step(opts, meta, simulated=True)
     assert calls == [] and "precompile" not in meta
-    monkeypatch.setitem(launch._CACHE_STATE, "cache", None)  # cache off
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", None)  # cache off
     runner.precompile_step(opts, meta, simulated=False)
     assert calls == [] and meta["notes"][0][0] == "precompile"
-    monkeypatch.setitem(launch._CACHE_STATE, "cache", launch._KernelCache("/tmp/unused"))
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", kcache._KernelCache("/tmp/unused"))
     runner.precompile_step(opts, meta, simulated=False)
     assert calls == [(5, 4, 200.0)] and meta["precompile"]["kernels_compiled"] == 3
     runner.precompile_step(runner.Options(cases=_cases(), compile_workers=0), meta, simulated=False)

@@ -6,7 +6,7 @@ the timing process. With ``--compile-workers N`` the runner first starts N proce
 ``main``), each building the operators of every N-th group of cases at its real shape and calling
 ``warmup(M)`` for dispatch's route and every forced eligible route — exactly what the timing process
 does before it times — so each kernel is compiled once, in parallel, and written to the compiled-
-kernel cache (``launch.py``). The timing process then loads cubins instead of compiling. Workers do
+kernel cache (``launch/cache.py``). The timing process then loads cubins instead of compiling. Workers do
 no timing; they finish before the timing starts, so they never share the GPU with a measurement. A
 worker's error is only counted: the timing process meets the same error and reports it in its row.
 The cache counters come from ``numba_nbits.precompile.cache_stats`` (the model-level precompile's).
@@ -23,9 +23,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import asdict
 
+import numpy as np
+
 from .shapes import Case, groups
+
+
+def case_rng(seed: int, *key) -> np.random.Generator:
+    """The generator of a case group's random data, seeded by the run's seed and ``key`` (a group's
+    weights: ``Case.group``; its activations: ``(Case.group, M)``). The timing process (``runner.py``)
+    and the workers here draw from it, so a worker builds the operators the timing process builds."""
+    return np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
 
 
 def _groups_of(cases: list[Case]) -> list[list[Case]]:
@@ -36,7 +46,6 @@ def _groups_of(cases: list[Case]) -> list[list[Case]]:
 def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> dict:
     """Build and warm up (compile) every operator the timing process will build for ``cases``."""
     from ..precompile import cache_stats
-    from .runner import _rng
     from .shapes import ROUTER_AB_VARIANT, shape_named
     from .subjects import OpSet, eligible_routes, random_weights
 
@@ -47,7 +56,7 @@ def warm_cases(cases: list[Case], seed: int = 0, routes=("auto", "forced")) -> d
         try:
             spec = shape_named(c0.shape)
             w = random_weights(spec.N, spec.K, c0.bits, c0.block, c0.dtype, c0.zp, spec.bias,
-                               _rng(seed, c0.group))
+                               case_rng(seed, c0.group))
             auto = OpSet(w, None, c0.variant, 1)
             for c in group:
                 todo = [auto] if ("auto" in routes or c.variant == ROUTER_AB_VARIANT) else []

@@ -9,16 +9,13 @@ checked before every case; cases past it are listed in ``meta["skipped"]``.
 from __future__ import annotations
 
 import gc
-import math
 import sys
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import numpy as np
-
 from . import peers as _peers
+from . import precompile
 from .ceilings import environment, measure_ceilings, peak_for
 from .harness import Budget, make_backend, measure
 from .metrics import derived, flops, l2_cold, nbits_bytes, rotation_copies
@@ -47,10 +44,6 @@ class Options:
     on_rows: Optional[Callable[[list], None]] = None  # called after every group (incremental CSV)
     progress: bool = True
     compile_workers: int = 0  # > 0: compile every case's kernels in that many processes first (precompile.py)
-
-
-def _rng(seed: int, *key) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
 
 
 class _Progress:
@@ -130,15 +123,14 @@ def precompile_step(opts: Options, meta: dict, simulated: bool) -> None:
     timing. Nothing under the simulator (no kernel cache there)."""
     if opts.compile_workers <= 0 or simulated:
         return
-    from .. import launch
-    from .precompile import run_workers
+    from ..launch.cache import _CACHE_STATE, _kernel_cache
 
-    if launch._kernel_cache() is None:
-        why = launch._CACHE_STATE.get("refused") or "NUMBA_NBITS_KERNEL_CACHE=0"
+    if _kernel_cache() is None:
+        why = _CACHE_STATE.get("refused") or "NUMBA_NBITS_KERNEL_CACHE=0"
         meta["notes"].append(("precompile", f"--compile-workers ignored: the kernel cache is off ({why})"))
         return
-    pc = meta["precompile"] = run_workers(opts.cases, opts.compile_workers, seed=opts.seed, routes=opts.routes,
-                                          timeout_s=max(30.0, 0.5 * opts.budget_s))
+    pc = meta["precompile"] = precompile.run_workers(opts.cases, opts.compile_workers, seed=opts.seed,
+                                                     routes=opts.routes, timeout_s=max(30.0, 0.5 * opts.budget_s))
     print(f"precompile: {pc['cases']} cases, {pc['kernels_compiled']} kernels compiled by "
           f"{pc['workers']} workers in {pc['seconds']:.0f} s ({len(pc['failed'])} workers failed, "
           f"{pc.get('cache_errors', 0)} kernel-cache errors"
@@ -167,7 +159,7 @@ class _Ctx:
                 self.prog.step(f"{shape} M={c.M}: skipped (budget)")
             return []
         spec = shape_named(shape)
-        w = random_weights(spec.N, spec.K, bits, block, dtype, zp, spec.bias, _rng(self.o.seed, key))
+        w = random_weights(spec.N, spec.K, bits, block, dtype, zp, spec.bias, precompile.case_rng(self.o.seed, key))
         const = nbits_bytes(0, spec.N, spec.K, bits, block, dtype, zp, spec.bias).constant
         n_ops = self.copies(const)
         opsets: dict = {}
@@ -204,7 +196,7 @@ class _Ctx:
         M = c.M
         act = act_bytes(M, w.N, w.K, w.dtype)
         n_act = max(1, min(self.copies(act), n_ops))
-        rng = _rng(self.o.seed, c.group, M)
+        rng = precompile.case_rng(self.o.seed, c.group, M)
         acts = Activations(self.b, M, w, n_act, rng)
         self.oracle = Oracle(w, M, rng)  # one fresh A per case, shared by every subject's check
         base = self._base(c, w)

@@ -1,0 +1,315 @@
+"""``Kernel`` and ``Launch``: compile a kernel specialisation once, launch it with pre-packed parameters.
+
+* ``Kernel`` holds a ``@cuda.jit`` Python function and its explicit numba signature. It is compiled
+  the first time it is needed (never at import), or its cubin is loaded from the compiled-kernel
+  cache (``launch/cache.py``), and the loaded ``CUfunction`` is kept. ``Kernel.dispatcher()`` still
+  compiles through numba when a tool needs the dispatcher itself (PTX / SASS inspection).
+* ``Launch`` binds a ``Kernel`` to a grid, a block, dynamic shared memory and its arguments. The
+  arguments are packed once into numba's kernel ABI inside one int64 buffer, with a ``void**`` table
+  pointing at the slots. Every slot is 8 bytes wide; a scalar takes one slot (in its low bytes; a
+  float32 / float64 as its bit pattern), an array argument of ``ndim`` dimensions takes
+  ``5 + 2 * ndim``: ``meminfo, parent, nitems, itemsize, data, shape..., strides...`` (meminfo and
+  parent written as 0; strides in bytes).
+* ``set_array`` / ``set_scalar`` rewrite single slots (an activation or output pointer per call), and
+  ``launch`` is one ``cuLaunchKernel`` call through cuda-bindings on the caller's stream, with the
+  pre-built ``void**`` table: nothing is allocated, synchronised or compiled, so it is safe while a
+  CUDA graph is being captured. ``set_array`` remembers, per thread and argument, the shape, strides
+  and itemsize it last wrote and then rewrites only the data-pointer slot. A ctypes call into libcuda
+  measured within run-to-run noise of cuda-bindings' (``benchmarks/results/2026-11-30-h200-session/``).
+* Each thread gets its own copy of the parameter buffer, made on its first use of the launch from a
+  template that is never written after construction, so threads calling one operator on their own
+  streams never see each other's pointers; the driver copies the parameters at launch.
+* Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch with
+  NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
+
+Array arguments are ``arrays.DevArray`` views, read only through their fields (``ptr``, ``shape``, byte
+``strides``, ``dtype``; ``host_view()`` under the simulator), so this module does not import ``arrays``:
+``arrays`` sits above the launcher and checks its copies with ``driver.check``.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .cache import _cubin_bytes, _kernel_cache, _object_code
+from .driver import _CUDA_ERROR_INVALID_CONTEXT, _current_cc, _drv, _make_context_current, check, simulated
+
+if TYPE_CHECKING:  # annotations only: arrays imports launch.driver
+    from ..arrays import DevArray
+
+_GPU_ONLY_JIT_OPTIONS = ("lineinfo", "launch_bounds", "max_registers", "forceinline", "lto", "extensions")
+_COMPILE_LOCK = threading.RLock()
+
+
+class Kernel:
+    """A ``@cuda.jit`` function with one explicit signature, compiled lazily and once.
+
+    ``argtypes`` are numba types (arrays as ``types.float16[:, ::1]`` etc.; scalars as
+    ``types.int64`` / ``types.float32``). ``options`` go to ``cuda.jit`` (GPU-only keywords are
+    dropped under the simulator, whose ``jit`` rejects them).
+    """
+
+    def __init__(self, pyfunc, argtypes: Sequence[Any], name: str | None = None, **options):
+        self.pyfunc = pyfunc
+        self.argtypes = tuple(argtypes)
+        self.name = name or pyfunc.__name__
+        self.options = options
+        self._disp = None
+        self._func = None
+        self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module)
+        self._layout = None  # per argument: (first slot, number of slots, kind)
+        self._max_dyn_shared = 0
+        self.from_cache = False  # True when the cubin came from the compiled-kernel cache
+
+    # -- compilation ---------------------------------------------------------------------------
+    def dispatcher(self):
+        """The numba dispatcher (compiled for ``argtypes`` on a GPU; always through numba, even when the
+        launchable function came from the kernel cache)."""
+        if self._disp is None:
+            with _COMPILE_LOCK:
+                if self._disp is None:
+                    from numba import cuda
+
+                    if simulated():
+                        opts = {k: v for k, v in self.options.items() if k not in _GPU_ONLY_JIT_OPTIONS}
+                        self._disp = cuda.jit(**opts)(self.pyfunc)
+                    else:
+                        from numba.cuda import types
+
+                        sig = types.void(*self.argtypes)
+                        disp = cuda.jit(sig, **self.options)(self.pyfunc)
+                        if self._func is None:
+                            kern = next(iter(disp.overloads.values()))
+                            # loads the module now, not at launch
+                            self._set_function(kern._codelibrary.get_cufunc())
+                        self._disp = disp
+        return self._disp
+
+    def ensure(self) -> None:
+        """Make the kernel launchable: on a GPU load its cubin from the kernel cache or compile it (and
+        store the cubin); under the simulator build the simulated dispatcher."""
+        if self._func is not None or (self._disp is not None and simulated()):
+            return
+        if simulated():
+            self.dispatcher()
+            return
+        with _COMPILE_LOCK:
+            if self._func is not None:
+                return
+            cache = _kernel_cache()
+            key = None
+            if cache is not None:
+                try:
+                    key = cache.key(self)
+                    hit = cache.load(key)
+                    if hit is not None:
+                        entry, cubin = hit
+                        from numba import cuda
+
+                        module = cuda.current_context().create_module_image(_object_code(cubin))
+                        self._set_function(module.get_function(entry))
+                        self.from_cache = True
+                        return
+                except Exception as e:  # noqa: BLE001 - a cache that cannot be used only costs the compile
+                    cache.note_error(e)
+                    self._func = self._cufunc = None
+            self.dispatcher()
+            if key is not None:
+                try:
+                    lib = next(iter(self._disp.overloads.values()))._codelibrary
+                    cache.store(key, self, lib._entry_name, _cubin_bytes(lib.get_cubin(cc=_current_cc())))
+                except Exception as e:  # noqa: BLE001
+                    cache.note_error(e)
+
+    def _set_function(self, cufunc) -> None:
+        self._cufunc = cufunc
+        self._func = _drv().CUfunction(int(cufunc.handle))
+        self._layout = _layout_of(self.argtypes)
+
+    @property
+    def compiled(self) -> bool:
+        return self._func is not None or self._disp is not None
+
+    def ensure_dynamic_shared(self, nbytes: int) -> None:
+        """Allow more than 48 KiB of dynamic shared memory (numba has no API: NVIDIA/numba-cuda#94)."""
+        self.ensure()
+        if simulated() or nbytes <= max(self._max_dyn_shared, 48 * 1024):
+            return
+        drv = _drv()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(drv.cuFuncSetAttribute(self._func, attr, int(nbytes)), "cuFuncSetAttribute(max dynamic shared)")
+        self._max_dyn_shared = int(nbytes)
+
+    def registers(self) -> int:
+        """Registers per thread of the compiled kernel (GPU only)."""
+        self.ensure()
+        return int(self._cufunc.attrs.regs)
+
+    def bind(self, grid, block, args: Sequence[Any], shared_mem: int = 0) -> "Launch":
+        return Launch(self, grid, block, args, shared_mem)
+
+
+def _layout_of(argtypes):
+    from numba.cuda import types
+
+    layout, slot = [], 0
+    for t in argtypes:
+        if isinstance(t, types.Array):
+            n = 5 + 2 * t.ndim
+            layout.append((slot, n, "array", t))
+        elif isinstance(t, (types.Integer, types.Float, types.Boolean)):
+            n = 1
+            layout.append((slot, n, "scalar", t))
+        else:
+            raise TypeError(f"numba_nbits launcher: unsupported kernel argument type {t}")
+        slot += n
+    return layout, slot
+
+
+def _dims(d):
+    if isinstance(d, int):
+        return (d, 1, 1)
+    d = tuple(int(x) for x in d)
+    return d + (1,) * (3 - len(d))
+
+
+class _Bufs:
+    """One thread's parameter buffer: the int64 slots, the ``void**`` table pointing at them, the
+    table's address, and per argument the (shape, strides, itemsize) last written (None: unknown)."""
+
+    __slots__ = ("vals", "ptrs", "addr", "keys")
+
+    def __init__(self, vals: np.ndarray, keys: list):
+        self.vals = vals
+        self.ptrs = np.arange(vals.size, dtype=np.uint64) * np.uint64(8) + np.uint64(vals.ctypes.data)
+        self.addr = int(self.ptrs.ctypes.data)
+        self.keys = keys
+
+
+class Launch:
+    """A kernel bound to its launch geometry and a packed parameter buffer (see module docstring)."""
+
+    __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_template", "_args", "_tls",
+                 "_func", "_layout")
+
+    def __init__(self, kernel: Kernel, grid, block, args: Sequence[Any], shared_mem: int = 0):
+        if len(args) != len(kernel.argtypes):
+            raise TypeError(f"{kernel.name}: expected {len(kernel.argtypes)} arguments, got {len(args)}")
+        self.kernel = kernel
+        self.grid = _dims(grid)
+        self.block = _dims(block)
+        self.shared_mem = int(shared_mem)
+        self._tls = threading.local()
+        kernel.ensure()
+        if shared_mem:
+            kernel.ensure_dynamic_shared(shared_mem)
+        self._args = list(args)
+        if simulated():
+            self._vals = self._template = self._layout = self._func = None
+            return
+        (layout, nslots) = kernel._layout
+        self._layout = layout
+        self._func = kernel._func
+        tpl = _Bufs(np.zeros(max(nslots, 1), dtype=np.int64), [None] * len(args))
+        self._vals = tpl.vals
+        for i, a in enumerate(args):
+            if layout[i][2] == "array":
+                self._write_array(tpl, i, a.ptr, a.shape, a.strides, a.dtype)
+            else:
+                self._write_scalar(tpl, i, a)
+        self._template = tpl  # never written again: each thread (this one too) launches from its copy
+
+    def _bufs(self) -> _Bufs:
+        """This thread's parameter buffer, copied from the template on first use."""
+        b = getattr(self._tls, "bufs", None)
+        if b is None:
+            tpl = self._template
+            b = self._tls.bufs = _Bufs(tpl.vals.copy(), list(tpl.keys))
+        return b
+
+    def _write_array(self, b: _Bufs, i: int, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype) -> None:
+        """Write all slots of array argument ``i``: the array at ``ptr`` with ``shape``, byte ``strides``, ``dtype``."""
+        first, n, kind, t = self._layout[i]
+        if kind != "array":
+            raise TypeError(f"{self.kernel.name}: argument {i} is a scalar, not an array")
+        its = dtype.itemsize
+        if len(shape) != t.ndim:
+            raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {shape}")
+        if its != t.dtype.bitwidth // 8:
+            raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {dtype}")
+        b.vals[first:first + n] = (0, 0, math.prod(shape), its, ptr, *shape, *strides)
+        b.keys[i] = (shape, strides, its)
+
+    def _write_scalar(self, b: _Bufs, i: int, v) -> None:
+        first, _, kind, t = self._layout[i]
+        if kind != "scalar":
+            raise TypeError(f"{self.kernel.name}: argument {i} is an array, not a scalar")
+        if t.name == "float32":
+            v = int(np.float32(v).view(np.int32))
+        elif t.name == "float64":
+            v = int(np.float64(v).view(np.int64))
+        b.vals[first] = int(v)
+
+    def set_array(self, i: int, a: DevArray) -> None:
+        """Point array argument ``i`` at ``a`` (shape and strides must fit the kernel's signature)."""
+        if self._vals is None:
+            self._args[i] = a
+            return
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        key = b.keys[i]
+        # same shape, strides and itemsize as last time in this thread: checks passed then, only the pointer moves
+        if key is not None and key[0] == a.shape and key[1] == a.strides and key[2] == a.dtype.itemsize:
+            b.vals[self._layout[i][0] + 4] = a.ptr
+        else:
+            self._write_array(b, i, a.ptr, a.shape, a.strides, a.dtype)
+
+    def set_array_ptr(self, i: int, ptr: int, like: DevArray) -> None:
+        """``set_array(i, a)`` for ``a`` = ``like`` (shape, strides, dtype) at address ``ptr``, without
+        building that view: plans keep ``like`` for arrays whose layout is fixed per plan. GPU only."""
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        key = b.keys[i]
+        if key is not None and key[0] == like.shape and key[1] == like.strides and key[2] == like.dtype.itemsize:
+            b.vals[self._layout[i][0] + 4] = ptr
+        else:
+            self._write_array(b, i, int(ptr), like.shape, like.strides, like.dtype)
+
+    def set_scalar(self, i: int, v) -> None:
+        if self._vals is None:
+            self._args[i] = v
+            return
+        self._write_scalar(getattr(self._tls, "bufs", None) or self._bufs(), i, v)
+
+    def launch(self, stream: int = 0) -> None:
+        """Launch on the stream with handle ``stream`` (an int; 0 is the legacy default stream)."""
+        if self._vals is None:
+            self._launch_simulated()
+            return
+        b = getattr(self._tls, "bufs", None) or self._bufs()
+        err = self._launch_once(stream, b)
+        if err:
+            if err == _CUDA_ERROR_INVALID_CONTEXT:  # nothing was launched: make a context current, retry
+                _make_context_current()
+                err = self._launch_once(stream, b)
+            if err:
+                check((err,), f"cuLaunchKernel({self.kernel.name})")
+
+    def _launch_once(self, stream: int, b: _Bufs) -> int:
+        drv = _drv()
+        g, bl = self.grid, self.block
+        err, = drv.cuLaunchKernel(self._func, g[0], g[1], g[2], bl[0], bl[1], bl[2], self.shared_mem,
+                                  stream, b.addr, 0)
+        return int(err)
+
+    __call__ = launch
+
+    def _launch_simulated(self):
+        from ..kernels import simulator
+
+        simulator.install()
+        disp = self.kernel.dispatcher()
+        args = [a.host_view() if hasattr(a, "host_view") else a for a in self._args]  # DevArrays; scalars as they are
+        with _COMPILE_LOCK:  # the simulator runs one launch at a time
+            disp[self.grid, self.block, 0, self.shared_mem](*args)
