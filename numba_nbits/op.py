@@ -97,7 +97,7 @@ class MatMulNBits:
                                      simulated=self._simulated, device_id=self.device_id)
         self.zero_points_kind = self.weights.zp_kind
         self._entries: dict[int, _Entry] = {}
-        self._calls: dict = {}  # (type(A), A.shape, type(out), out.shape) -> CallRecord (bound.py)
+        self._calls: dict = {}  # (type(A), A.shape, type(out), out.shape) -> CallRecord or None (bound.py)
         self._lock = threading.Lock()
         self._fpa_profiler = None
         if self._serves_fpa_intb():  # spec §7.5: the runtime prepack happens at construction
@@ -282,12 +282,12 @@ class MatMulNBits:
     def _record(self, A, out, c) -> None:
         """Keep the ``CallRecord`` of a successful ``op(A, out=out)`` (``bound.py``)."""
         key = (type(A), A.shape, type(out), out.shape)
-        if key in self._calls:  # a valid layout the record does not read (kept on the general path)
+        if key in self._calls:  # a valid layout the record does not read, or kinds without readers
             return
         sim = self._simulated
         ra, ro = reader_for(A, sim), reader_for(out, sim)
-        if ra is not None and ro is not None:
-            self._calls[key] = CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim)
+        # None: NumPy / CAI objects / subclasses, which keep the general path (and are not looked at again)
+        self._calls[key] = None if ra is None or ro is None else CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim)
 
     def _check_call(self, A, out, stream) -> "_Call":
         """Adapt and check one call's inputs (every error of ``op(...)``), find the stream and, for M > 0,

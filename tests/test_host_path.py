@@ -598,3 +598,33 @@ def test_call_record_views_are_per_thread(monkeypatch):
     t.join()
     assert seen and seen[0] is not mine and seen[0][0] is not mine[0]
     assert calls[0] == calls[1]
+
+
+def test_call_record_follows_the_producers_current_stream(monkeypatch):
+    pytest.importorskip("torch")
+    current = {1: 0x5001}
+    monkeypatch.setattr(arrays, "_torch_raw_stream", lambda i: current[i])
+    from numba_nbits import bound
+
+    monkeypatch.setitem(arrays._FAST, FakeTorch, arrays._adapt_torch)
+    a, o = FakeTorch((2, 8), (8, 1)), FakeTorch((2, 4), (4, 1))
+    o.data_ptr = lambda: 0xB000
+    seen = []
+    rec = bound.CallRecord(lambda x, y, s: seen.append(s), bound.reader_for(a, False), bound.reader_for(o, False),
+                           arrays._adapt_torch(a, "A", False).dev, arrays._adapt_torch(o, "out", False).dev, False)
+    rec(a, o, None)
+    current[1] = 0x6001  # e.g. inside `with torch.cuda.stream(s):`
+    rec(a, o, None)
+    assert seen == [0x5001, 0x6001]
+
+
+@pytest.mark.skipif(not SIMULATED, reason="NumPy out= is a simulator-only form")
+def test_kinds_without_a_reader_stay_on_the_general_path(rng):
+    op, K, N = _small_op(rng)
+    A, O = rng.standard_normal((2, K)).astype(np.float16), np.zeros((2, N), np.float16)
+    op(A, out=O)
+    assert list(op._calls.values()) == [None]  # NumPy: no fast reader; remembered, not looked at again
+    first = O.copy()
+    O[...] = 0
+    assert op(A, out=O) is O
+    np.testing.assert_array_equal(O, first)
