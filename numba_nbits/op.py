@@ -361,6 +361,7 @@ class _Call:
         self.M, self.kind, self.o, self.out_shape, self.s = M, kind, o, out_shape, s
         self.entry = self.a2 = self.o2 = None
 
+
 def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K: int, N: int, bits: int = 4,
                  block_size: int, accuracy_level: int = 0, weight_prepacked: int = 0, config=None, stream=None,
                  out=None):

@@ -127,3 +127,26 @@ def test_bind_numpy_under_the_simulator(rng):
     A[...] = _a(rng, 2)
     f()
     np.testing.assert_array_equal(O, op(A))
+
+
+def test_torch_record_and_bind_follow_the_current_stream(rng):
+    torch = pytest.importorskip("torch")
+    if SIMULATED or not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    op = _op(rng)
+    A = torch.from_numpy(_a(rng, 2)).cuda()
+    O, O2, ref = (torch.empty((2, N), dtype=torch.float16, device="cuda") for _ in range(3))
+    op(A, out=O)
+    assert op(A, out=O2) is O2  # the steady-state record
+    f = op.bind(A, ref)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # both read torch's current stream per call
+        A2 = torch.from_numpy(_a(rng, 2)).cuda()
+        A.copy_(A2)
+        op(A, out=O)
+        f()
+    s.synchronize()
+    np.testing.assert_array_equal(O.cpu().numpy(), ref.cpu().numpy())
+    np.testing.assert_array_equal(O.cpu().numpy(), op(A).cpu().numpy())
+    with pytest.raises(Exception, match="float32"):  # same shapes, other dtype: the general path's error
+        op(A.float(), out=O)
