@@ -2,15 +2,20 @@
 
     python -m benchmarks.bench_host [--tiny] [--calls 2000] [--batches 5]
 
-Two detailed cases: a GEMV route (4096x4096, 4-bit, block 128, fp16, M=1; dispatch's choice,
-``gemv_*``) and the dequant + cuBLAS route (same weights, M=64, forced with
+Three detailed cases: a GEMV route at 4096x4096 and at 1024x1024 (4-bit, block 128, fp16, M=1;
+dispatch's choice, ``gemv_*``; 4096x4096 takes ~5.6 us on the GPU, so its host rows can be
+GPU-bound, the 1024x1024 rows are not) and the dequant + cuBLAS route (4096x4096, M=64, forced with
 ``numba_nbits.force_route=dequant_cublas``). For each input kind that imports here (numba device
 arrays; torch and CuPy when installed with CUDA) it times
 
-* ``op(A, out=O)``   the lowest-latency eager call;
+* ``op(A, out=O)``   the lowest-latency eager call (after the first, the steady-state path of
+                     ``numba_nbits/bound.py``);
 * ``op(A)``          the call that allocates its output (numba: ``cuda.device_array``; torch: its
                      caching allocator; CuPy: its memory pool);
 * ``op(A, out=O, stream=s)`` with an explicit stream (numba only);
+* ``op.bind(A, O)()`` the bound callable on fixed buffers;
+* ``graph replay``   ``numba_nbits.capture`` of 100 ``op(A, out=O, stream=s)`` calls, replayed: host
+                     time per replay divided by the 100 nodes;
 
 and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches)
 and ``adapt_input`` per kind.
@@ -21,12 +26,14 @@ its fused bias, the fpA_intB mixed GEMM at M=16, the N-chunked dequant + cuBLAS 
 out=O)`` per input kind, with that route's graph-replay GPU time per node. Each row names the route
 dispatch actually took, so a case whose guard changed shows it.
 
-Method: each row is the median over ``--batches`` batches of ``--calls`` back-to-back calls (after
-200 warmup calls) of wall time / calls, in microseconds; the GPU is synchronised between batches,
-outside the timed loop. The GPU must not be the bottleneck for this to be host time: each route's
-GPU time per call is measured by capturing 100 calls into a CUDA graph (``numba_nbits.capture``)
-and timing replays; a row whose host time is not above 1.2x that GPU time is flagged
-``GPU-BOUND`` (its number then says little about the host path).
+Method: each row's ``host_us`` is the median over ``--batches`` batches of ``--calls`` back-to-back
+calls (after 200 warmup calls) of wall time / calls, in microseconds; the GPU is synchronised between
+batches, outside the timed loop (``numba_nbits.perf.harness`` times host calls in one short pass of
+at most a few hundred calls, too few for these sub-10-us figures, so the batches are timed here). The
+GPU must not be the bottleneck for this to be host time: each route's ``gpu_us`` is the GPU time per
+node of a CUDA graph of ``op(A, out=O, stream=s)`` calls, measured with CUDA events by
+``numba_nbits.perf.harness.measure``; a row whose host time is not above 1.2x that GPU time is
+flagged ``GPU-BOUND`` (its number then says little about the host path).
 
 ``--tiny`` runs a small problem (K=64, N=16, block 32; M=1 and M=4) with 2 batches of 2 calls, and
 works on numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): a smoke test of the script, not a
@@ -50,7 +57,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 
 import numpy as np  # noqa: E402
 
-FIELDS = ["route", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "note"]
+FIELDS = ["route", "shape", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "note"]
 
 
 WARMUP = 200
@@ -70,20 +77,43 @@ def _median_us(fn, calls: int, batches: int, sync) -> tuple[float, list[float]]:
     return statistics.median(per), per
 
 
-def _gpu_us_per_call(op, A, O, sim: bool, n: int = 100, reps: int = 20) -> float | None:
-    """GPU time of one ``op(A, out=O)``: n calls captured in a CUDA graph, replayed ``reps`` times."""
+class _Subject:
+    """``op(A, out=O, stream=s)`` as a ``numba_nbits.perf.harness`` subject (one operand set)."""
+
+    copies = 1
+
+    def __init__(self, op, A, O):
+        self.op, self.A, self.O = op, A, O
+
+    def launch(self, i, stream):
+        self.op(self.A, out=self.O, stream=stream)
+
+
+def _gpu_us_per_call(op, A, O, sim: bool) -> float | None:
+    """GPU time per node of a CUDA graph of ``op(A, out=O)`` calls (``harness.measure``); None on the
+    simulator (no GPU clock)."""
     if sim:
         return None
+    from numba_nbits.perf import harness
+
+    backend = harness.make_backend()
+    try:
+        us = harness.measure(backend, _Subject(op, A, O), host=False)["us_graph"]
+    finally:
+        backend.close()
+    return None if us != us else us  # NaN: the capture failed (its note is in the harness row)
+
+
+def _graph_replay_us(op, A, O, calls: int, batches: int, sync, n: int) -> tuple[float, list[float]]:
+    """Host time per node of replaying a graph of ``n`` ``op(A, out=O, stream=s)`` calls."""
     import numba_nbits as nb
 
     g = nb.capture(lambda s: [op(A, out=O, stream=s) for _ in range(n)])
     try:
         g.replay(sync=True)
-        t = time.perf_counter()
-        for _ in range(reps):
-            g.replay()
-        g.synchronize()
-        return (time.perf_counter() - t) / (reps * n) * 1e6
+        reps = max(1, calls // n)
+        h, per = _median_us(g.replay, reps, batches, lambda: (g.synchronize(), sync()))
+        return h / n, [x / n for x in per]
     finally:
         g.close()
 
@@ -121,32 +151,30 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
     from numba_nbits.formats import quantize
 
     sim = launch.simulated()
+    BS = 32 if tiny else 128
     if tiny:
-        N, K, BS = 16, 64, 32
         calls, batches = min(calls, 2), min(batches, 2)
-        cases = ((1, None), (4, "dequant_cublas"))
+        cases = ((16, 64, 1, None), (16, 64, 4, "dequant_cublas"))
     else:
-        N, K, BS = 4096, 4096, 128
-        cases = ((1, None), (64, "dequant_cublas"))
+        cases = ((4096, 4096, 1, None), (1024, 1024, 1, None), (4096, 4096, 64, "dequant_cublas"))
     rng = np.random.default_rng(0)
-    W = rng.standard_normal((N, K)).astype(np.float32)
-    B, sc, _ = quantize(W, bits=4, block_size=BS, symmetric=True)
-    sc = sc.astype(np.float16)
     sync = cuda.synchronize
     rows = []
 
-    def add(route, M, kind, what, host, per, gpu, note=""):
+    def add(route, shape, M, kind, what, host, per, gpu, note=""):
         if gpu is not None and not sim and host <= 1.2 * gpu:
             note = (note + " GPU-BOUND").strip()
-        rows.append(dict(route=route, M=M, kind=kind, what=what, host_us=round(host, 2),
+        rows.append(dict(route=route, shape=shape, M=M, kind=kind, what=what, host_us=round(host, 2),
                          batch_us=" ".join(f"{x:.2f}" for x in per), gpu_us="" if gpu is None else round(gpu, 2),
                          note=note))
-        print(f"{route:16s} M={M:<3d} {kind:6s} {what:28s} {host:8.2f} us/call"
+        print(f"{route:16s} {shape:9s} M={M:<3d} {kind:6s} {what:28s} {host:8.2f} us/call"
               + ("" if gpu is None else f"   (GPU {gpu:.2f} us/call)") + (f"  {note}" if note else ""), flush=True)
 
-    for M, force in cases:
+    for N, K, M, force in cases:
         config = {"numba_nbits.force_route": force} if force else None
-        op = nb.MatMulNBits(B, sc, None, K=K, N=N, bits=4, block_size=BS, config=config)
+        W = rng.standard_normal((N, K)).astype(np.float32)
+        B, sc, _ = quantize(W, bits=4, block_size=BS, symmetric=True)
+        op = nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=BS, config=config)
         route = op.route(M)
         _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add)
     for label, bits, n, k, bs, M, bias, config in route_cases(tiny):
@@ -164,7 +192,7 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
             if gpu is None:
                 gpu = _gpu_us_per_call(op, A, O, sim)
             h, per = _median_us(lambda: op(A, out=O), calls, batches, sync)
-            add(route, M, kind, f"op(A, out=O) [{label}]", h, per, gpu)
+            add(route, f"{n}x{k}", M, kind, f"op(A, out=O) [{label}]", h, per, gpu)
     return rows
 
 
@@ -191,6 +219,7 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
     from numba_nbits.arrays import _mk, adapt_input
 
     A_host = rng.standard_normal((M, K)).astype(np.float16)
+    shape = f"{N}x{K}"
     gpu = None
     for kind, dev, empty in _kinds(sim):
         A, O = dev(A_host), empty((M, N), np.float16)
@@ -198,15 +227,19 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
         if gpu is None:
             gpu = _gpu_us_per_call(op, A, O, sim)
         h, per = _median_us(lambda: op(A, out=O), calls, batches, sync)
-        add(route, M, kind, "op(A, out=O)", h, per, gpu)
+        add(route, shape, M, kind, "op(A, out=O)", h, per, gpu)
         h, per = _median_us(lambda: op(A), calls, batches, sync)
-        add(route, M, kind, "op(A)", h, per, gpu)
+        add(route, shape, M, kind, "op(A)", h, per, gpu)
+        h, per = _median_us(op.bind(A, O), calls, batches, sync)
+        add(route, shape, M, kind, "op.bind(A, O)()", h, per, gpu)
+        h, per = _graph_replay_us(op, A, O, calls, batches, sync, 2 if sim else 100)
+        add(route, shape, M, kind, "graph replay (per node)", h, per, gpu)
         if kind == "numba":
             s = cuda.stream()
             h, per = _median_us(lambda: op(A, out=O, stream=s), calls, batches, sync)
-            add(route, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
+            add(route, shape, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
         h, per = _median_us(lambda: adapt_input(A, "A", sim), calls, batches, sync)
-        add(route, M, kind, "adapt_input(A)", h, per, None)
+        add(route, shape, M, kind, "adapt_input(A)", h, per, None)
         if kind == "numba":  # plan level, once per route
             entry = op._entries[M]
             a, o = adapt_input(A, "A", sim).dev, adapt_input(O, "out", sim).dev
@@ -216,7 +249,7 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
                 a2 = _mk(a.ptr, (M, K), (2 * K, 2), a.dtype, a.owner, True)
                 o2 = _mk(o.ptr, (M, N), (2 * N, 2), o.dtype, o.owner, True)
             h, per = _median_us(lambda: entry.run(a2, o2, 0), calls, batches, sync)
-            add(route, M, "-", "entry.run", h, per, gpu)
+            add(route, shape, M, "-", "entry.run", h, per, gpu)
     return gpu
 
 

@@ -12,6 +12,12 @@ the device once (``weights.py``). ``op(A, out=None, stream=None)`` then:
    tensors, else the legacy default stream), plus the bias-add kernel when the route does not fuse
    bias, and returns Y of shape ``A.shape[:-1] + (N,)`` in A's kind.
 
+After the first successful ``op(A, out=Y)`` for a given (type and shape of A, type and shape of Y),
+later such calls take the steady-state path of ``bound.py``: one dict lookup, the two data pointers
+and the stream read through the fastest accessor of each array kind, and the plan's launches; any
+change of dtype, device, layout or overlap falls back to the steps above, with their errors.
+``op.bind(A, out, stream=None)`` checks once and returns a no-argument callable for fixed buffers.
+
 ``weight_prepacked`` 1 / 2 (spec §7.3) means B is ``pack_weights_for_mixed_gemm(B, N, K, bits, arch=80 / 90,
 block_size)`` output: it is checked (ORT's error texts), used as given and served by the ``fpa_intb`` route
 only. With ``weight_prepacked=0`` and the fpA_intB route enabled (``ORT_FPA_INTB_GEMM`` /
@@ -31,6 +37,7 @@ import numpy as np
 
 from . import schema
 from .arrays import DevArray, _mk, adapt_input, alloc_output, dtype_name, result_of, stream_handle, to_device, to_host
+from .bound import Bound, CallRecord, reader_for
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
 from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
@@ -90,6 +97,7 @@ class MatMulNBits:
                                      simulated=self._simulated, device_id=self.device_id)
         self.zero_points_kind = self.weights.zp_kind
         self._entries: dict[int, _Entry] = {}
+        self._calls: dict = {}  # (type(A), A.shape, type(out), out.shape) -> CallRecord or None (bound.py)
         self._lock = threading.Lock()
         self._fpa_profiler = None
         if self._serves_fpa_intb():  # spec §7.5: the runtime prepack happens at construction
@@ -230,6 +238,60 @@ class MatMulNBits:
 
     # ------------------------------------------------------------------------------ calling
     def __call__(self, A, out=None, stream=None):
+        if out is not None:  # the steady state: the record of an earlier call with these types and shapes
+            try:
+                rec = self._calls.get((type(A), A.shape, type(out), out.shape))
+            except (AttributeError, TypeError):  # no .shape, or an unhashable one: the general path says why
+                rec = None
+            if rec is not None:
+                done = rec(A, out, stream)
+                if done is not None:
+                    return done
+        c = self._check_call(A, out, stream)
+        if c.M > 0:
+            c.entry.run(c.a2, c.o2, c.s)
+            if out is not None and len(self._calls) < _MAX_CALL_RECORDS:
+                self._record(A, out, c)
+        if out is not None:
+            return out
+        o = c.o
+        if c.kind == "numpy":
+            return to_host(o, c.s).reshape(c.out_shape) if not self._simulated else o.owner.reshape(c.out_shape).copy()
+        return result_of(o, c.kind, self._simulated, c.s)
+
+    def bind(self, A, out, stream=None) -> Bound:
+        """``op(A, out=out, stream=stream)`` on fixed buffers, for decode loops: checks A and out and builds
+        the plan now (outside CUDA-graph capture: a missing plan raises ``CaptureError`` during capture);
+        the returned callable takes no arguments, launches the plan on these buffers (seeing their
+        current contents) and returns ``out``. ``stream=None``: the producer's current stream at each call
+        (torch / CuPy), else the legacy default stream."""
+        sim = self._simulated
+        if out is None:
+            raise TypeError("bind: out must be a device array of shape A.shape[:-1] + (N,)")
+        if isinstance(A, np.ndarray) and not sim:
+            raise schema.MatMulNBitsError("bind: A must be a device array (a NumPy A is copied to the device on "
+                                          "every call)")
+        c = self._check_call(A, out, stream)
+        if c.M == 0:
+            return Bound(None, None, None, out, A, 0, None)
+        ra = reader_for(A, sim)
+        if stream is None and ra is not None and not sim:  # the producer's current stream, read per call
+            return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of)
+        return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None)
+
+    def _record(self, A, out, c) -> None:
+        """Keep the ``CallRecord`` of a successful ``op(A, out=out)`` (``bound.py``)."""
+        key = (type(A), A.shape, type(out), out.shape)
+        if key in self._calls:  # a valid layout the record does not read, or kinds without readers
+            return
+        sim = self._simulated
+        ra, ro = reader_for(A, sim), reader_for(out, sim)
+        # None: NumPy / CAI objects / subclasses, which keep the general path (and are not looked at again)
+        self._calls[key] = None if ra is None or ro is None else CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim)
+
+    def _check_call(self, A, out, stream) -> "_Call":
+        """Adapt and check one call's inputs (every error of ``op(...)``), find the stream and, for M > 0,
+        the plan (built on first use) and the 2-D views it runs on."""
         sim = self._simulated
         attrs = self.attrs
         act = self.dtype
@@ -258,7 +320,6 @@ class MatMulNBits:
             a_dev = to_device(a_dev.owner, False)
         if out is None:
             o = alloc_output("numba" if kind == "numpy" else kind, out_shape, self.weights.np_dtype, a_in.source, sim)
-            out_obj = None
         else:
             o_in = adapt_input(out, "out", sim, False)
             o = o_in.dev
@@ -272,25 +333,33 @@ class MatMulNBits:
                 raise schema.MatMulNBitsError("out must not overlap A")
             if sim and np.shares_memory(o.owner, a_dev.owner):
                 raise schema.MatMulNBitsError("out must not overlap A")
-            out_obj = out
+        c = _Call(M, kind, o, out_shape, s)
         if M > 0:
-            entry = self._entries.get(M) or self._entry(M, s)
+            c.entry = self._entries.get(M) or self._entry(M, s)
             K = attrs.K
             if sim:
-                a2 = DevArray(a_dev.ptr, (M, K), (K * a_dev.itemsize, a_dev.itemsize), a_dev.dtype,
-                              a_dev.owner.reshape(M, K))
-                o2 = DevArray(o.ptr, (M, N), (N * o.itemsize, o.itemsize), o.dtype, o.owner.reshape(M, N))
+                c.a2 = DevArray(a_dev.ptr, (M, K), (K * a_dev.itemsize, a_dev.itemsize), a_dev.dtype,
+                                a_dev.owner.reshape(M, K))
+                c.o2 = DevArray(o.ptr, (M, N), (N * o.itemsize, o.itemsize), o.dtype, o.owner.reshape(M, N))
             else:  # both are checked C-contiguous with M*K and M*N elements: the 2-D views need no checks
                 its = a_dev.dtype.itemsize
-                a2 = _mk(a_dev.ptr, (M, K), (K * its, its), a_dev.dtype, a_dev.owner, True)
+                c.a2 = _mk(a_dev.ptr, (M, K), (K * its, its), a_dev.dtype, a_dev.owner, True)
                 its = o.dtype.itemsize
-                o2 = _mk(o.ptr, (M, N), (N * its, its), o.dtype, o.owner, True)
-            entry.run(a2, o2, s)
-        if out_obj is not None:
-            return out_obj
-        if kind == "numpy":
-            return to_host(o, s).reshape(out_shape) if not sim else o.owner.reshape(out_shape).copy()
-        return result_of(o, kind, sim, s)
+                c.o2 = _mk(o.ptr, (M, N), (N * its, its), o.dtype, o.owner, True)
+        return c
+
+
+_MAX_CALL_RECORDS = 64  # distinct (types, shapes) of op(A, out=) calls kept per operator
+
+
+class _Call:
+    """One checked call: M, A's kind, the output view, Y's shape, the stream and (M > 0) plan and views."""
+
+    __slots__ = ("M", "kind", "o", "out_shape", "s", "entry", "a2", "o2")
+
+    def __init__(self, M: int, kind: str, o: DevArray, out_shape: tuple, s: int):
+        self.M, self.kind, self.o, self.out_shape, self.s = M, kind, o, out_shape, s
+        self.entry = self.a2 = self.o2 = None
 
 
 def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K: int, N: int, bits: int = 4,

@@ -8,6 +8,7 @@ compared too.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -454,3 +455,151 @@ def test_bench_host_covers_every_route():
         op = nb.MatMulNBits(B, sc, None, None, b, K=k, N=n, bits=bits, block_size=bs, config=config)
         taken.add(op.explain(M).name)
     assert taken == {r.name for r in ROUTES}
+
+
+# -------------------------------------------------------------- the steady-state call record (bound.py)
+
+def _small_op(rng, **kw):
+    from numba_nbits.formats import quantize
+
+    K, N = 64, 16
+    B, sc, _ = quantize(rng.standard_normal((N, K)).astype(np.float32), bits=4, block_size=32, symmetric=True)
+    return nb.MatMulNBits(B, sc.astype(np.float16), None, K=K, N=N, bits=4, block_size=32, **kw), K, N
+
+
+def test_second_call_takes_the_record_and_changes_take_the_general_path(rng, monkeypatch):
+    from numba import cuda
+
+    op, K, N = _small_op(rng)
+    A = to_dev(rng.standard_normal((2, K)).astype(np.float16))
+    O = cuda.device_array((2, N), np.float16)
+    assert op(A, out=O) is O
+    first = O.copy_to_host()
+    assert len(op._calls) == 1
+    general = op._check_call
+    monkeypatch.setattr(op, "_check_call", lambda *a: pytest.fail("the recorded layout took the general path"))
+    O2 = cuda.device_array((2, N), np.float16)
+    assert op(A, out=O2) is O2  # another buffer of the recorded layout: the record reads its pointer
+    np.testing.assert_array_equal(O2.copy_to_host(), first)
+    monkeypatch.setattr(op, "_check_call", general)
+    # same types and shapes, but what the record does not read as recorded: the general path's errors
+    with pytest.raises(ValueError, match="out must not overlap A"):
+        buf = cuda.device_array((2 * K,), np.float16)
+        op(buf.reshape(2, K), out=buf[:2 * N].reshape(2, N))
+    with pytest.raises(Exception) as wrong_dtype:
+        op(to_dev(rng.standard_normal((2, K)).astype(np.float32)), out=O)
+    assert "float32" in str(wrong_dtype.value)
+    with pytest.raises(ValueError, match="A: device arrays must be C-contiguous"):
+        op(cuda.device_array((2, 2 * K), np.float16)[:, :K], out=O)
+    with pytest.raises(Exception, match=r"\(3, 16\)"):  # another out shape (no record): the general check
+        op(to_dev(rng.standard_normal((3, K)).astype(np.float16)), out=O)
+    assert len(op._calls) == 1  # failed calls record nothing
+    A3 = to_dev(rng.standard_normal((3, K)).astype(np.float16))
+    O3 = cuda.device_array((3, N), np.float16)
+    op(A3, out=O3)
+    assert len(op._calls) == 2
+    np.testing.assert_array_equal(O3.copy_to_host(), op(A3).copy_to_host())
+
+
+def _record_with_stand_ins(monkeypatch, kind):
+    """A CallRecord built as on a GPU for stand-in inputs of ``kind``; its run records what it was given."""
+    import types
+
+    from numba_nbits import bound
+
+    if kind == "torch":
+        pytest.importorskip("torch")
+        monkeypatch.setitem(arrays._FAST, FakeTorch, arrays._adapt_torch)
+        monkeypatch.setattr(arrays, "_torch_raw_stream", lambda i: 0x5000 + i)
+        a, o = FakeTorch((2, 8), (8, 1)), FakeTorch((2, 4), (4, 1))
+        o.data_ptr = lambda: 0xB000
+    elif kind == "cupy":
+        cupy = types.ModuleType("cupy")
+        cupy.cuda = types.SimpleNamespace(stream=types.SimpleNamespace(get_current_stream_ptr=lambda: 0x6000))
+        monkeypatch.setitem(sys.modules, "cupy", cupy)
+        monkeypatch.setitem(arrays._FAST, FakeCupy, arrays._adapt_cupy)
+        a, o = FakeCupy((2, 8), (16, 2)), FakeCupy((2, 4), (8, 2))
+        o.data = _CMem(0xB000, 2)
+    else:
+        monkeypatch.setitem(arrays._FAST, FakeNumba, arrays._adapt_numba)
+        a, o = FakeNumba((2, 8), (16, 2), np.float16), FakeNumba((2, 4), (8, 2), np.float16, ptr=0xB000)
+    ra, ro = bound.reader_for(a, False), bound.reader_for(o, False)
+    calls = []
+    av, ov = arrays._FAST[type(a)](a, "A", False).dev, arrays._FAST[type(o)](o, "out", False).dev
+    rec = bound.CallRecord(lambda x, y, s: calls.append((x.ptr, x.shape, y.ptr, y.shape, s)), ra, ro, av, ov, False)
+    return rec, a, o, calls
+
+
+@pytest.mark.parametrize("kind", ["torch", "cupy", "numba"])
+def test_call_record_reads_pointers_and_streams(monkeypatch, kind):
+    rec, a, o, calls = _record_with_stand_ins(monkeypatch, kind)
+    assert rec(a, o, None) is o
+    stream = {"torch": 0x5001, "cupy": 0x6000, "numba": 0}[kind]  # the producer's current stream
+    a_ptr = {"torch": 0x9000, "cupy": 0xA000, "numba": 0x7000}[kind]
+    o_ptr = 0xB000
+    assert calls[-1] == (a_ptr, (2, 8), o_ptr, (2, 4), stream)
+    assert rec(a, o, 0x77) is o and calls[-1][4] == 0x77  # an int stream as is
+    rec(a, o, type("S", (), {"__cuda_stream__": lambda self: (0, 0x88)})())
+    assert calls[-1][4] == 0x88  # any other stream through stream_handle
+    with pytest.raises(TypeError, match="stream: expected a CUDA stream"):
+        rec(a, o, "bogus")
+
+
+def test_call_record_answers_none_for_other_layouts(monkeypatch):
+    rec, a, o, calls = _record_with_stand_ins(monkeypatch, "numba")
+    assert rec(FakeNumba((2, 8), (32, 2), np.float16, c=False), o, None) is None  # other strides
+    assert rec(FakeNumba((2, 8), (32, 4), np.float32), o, None) is None  # other dtype
+    other = FakeNumba((2, 8), (16, 2), np.float16)
+    other.gpu_data.context = type("C", (), {"device": type("D", (), {"id": 5})})()
+    assert rec(other, o, None) is None  # memory on another device
+    assert rec(a, FakeNumba((2, 4), (8, 2), np.float16, ptr=0x7008), None) is None  # overlaps A
+    assert calls == []
+    assert rec(a, FakeNumba((2, 4), (8, 2), np.float16, ptr=0x7020), None) is not None  # just past A's 32 bytes
+    rec_t, ta, to, tcalls = _record_with_stand_ins(monkeypatch, "torch")
+    assert rec_t(FakeTorch((2, 8), (8, 1), dtype="float32"), to, None) is None
+    assert rec_t(FakeTorch((2, 8), (8, 1), index=0), to, None) is None
+    assert rec_t(FakeTorch((2, 8), (16, 1), contiguous=False), to, None) is None
+    assert rec_t(FakeTorch((2, 8), (8, 1), cuda=False), to, None) is None
+    assert tcalls == []
+
+
+def test_call_record_views_are_per_thread(monkeypatch):
+    rec, a, o, calls = _record_with_stand_ins(monkeypatch, "numba")
+    rec(a, o, None)
+    mine = rec._tls.views
+    seen = []
+    t = threading.Thread(target=lambda: (rec(a, o, None), seen.append(rec._tls.views)))
+    t.start()
+    t.join()
+    assert seen and seen[0] is not mine and seen[0][0] is not mine[0]
+    assert calls[0] == calls[1]
+
+
+def test_call_record_follows_the_producers_current_stream(monkeypatch):
+    pytest.importorskip("torch")
+    current = {1: 0x5001}
+    monkeypatch.setattr(arrays, "_torch_raw_stream", lambda i: current[i])
+    from numba_nbits import bound
+
+    monkeypatch.setitem(arrays._FAST, FakeTorch, arrays._adapt_torch)
+    a, o = FakeTorch((2, 8), (8, 1)), FakeTorch((2, 4), (4, 1))
+    o.data_ptr = lambda: 0xB000
+    seen = []
+    rec = bound.CallRecord(lambda x, y, s: seen.append(s), bound.reader_for(a, False), bound.reader_for(o, False),
+                           arrays._adapt_torch(a, "A", False).dev, arrays._adapt_torch(o, "out", False).dev, False)
+    rec(a, o, None)
+    current[1] = 0x6001  # e.g. inside `with torch.cuda.stream(s):`
+    rec(a, o, None)
+    assert seen == [0x5001, 0x6001]
+
+
+@pytest.mark.skipif(not SIMULATED, reason="NumPy out= is a simulator-only form")
+def test_kinds_without_a_reader_stay_on_the_general_path(rng):
+    op, K, N = _small_op(rng)
+    A, O = rng.standard_normal((2, K)).astype(np.float16), np.zeros((2, N), np.float16)
+    op(A, out=O)
+    assert list(op._calls.values()) == [None]  # NumPy: no fast reader; remembered, not looked at again
+    first = O.copy()
+    O[...] = 0
+    assert op(A, out=O) is O
+    np.testing.assert_array_equal(O, first)

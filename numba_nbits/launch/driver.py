@@ -43,11 +43,20 @@ def _make_context_current() -> None:
     cuda.current_context()
 
 
-def _drv():
-    """``cuda.bindings.driver`` (imported on first use)."""
-    from cuda.bindings import driver
+_DRIVER = None  # cuda.bindings.driver once imported
 
-    return driver
+
+def _drv():
+    """``cuda.bindings.driver``, imported on first use and then kept: a function-level
+    ``from cuda.bindings import driver`` costs about a microsecond on every call (the import system's
+    ``fromlist`` handling), and every launch and capture query asks for the module."""
+    global _DRIVER
+    d = _DRIVER
+    if d is None:
+        from cuda.bindings import driver
+
+        d = _DRIVER = driver
+    return d
 
 
 def check(result, what: str):

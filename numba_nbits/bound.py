@@ -1,0 +1,184 @@
+"""The steady-state call path of ``MatMulNBits``: per-call records for ``op(A, out=Y)`` and ``op.bind``.
+
+The general call (``MatMulNBits._check_call``) adapts A and Y into ``DevArray`` views, checks shape,
+dtype, device, contiguity and overlap, finds the plan for M and runs it. Once such a call with
+``out=`` has succeeded, the operator keeps a ``CallRecord`` under the key ``(type(A), A.shape,
+type(Y), Y.shape)``; a later call with that key does one dict lookup and then only
+
+* reads A's and Y's data pointers through the cheapest accessor of their exact type (``Reader``):
+  torch ``data_ptr()`` (after ``dtype``, ``get_device()``, ``is_contiguous()``), CuPy ``data.ptr``
+  (after ``dtype``, ``data.device_id``, ``flags.c_contiguous``), numba ``gpu_data`` (after
+  ``dtype``, ``strides`` and the memory's device), the simulator's host array (after ``dtype`` and
+  C-contiguity);
+* reads the stream: an explicit ``stream=`` (an int as is), else the producer's current stream
+  (torch's raw current-stream read for the tensor's device, CuPy's current stream), else 0;
+* checks that Y does not overlap A (two pointer ranges);
+* moves the pointers of this thread's two pre-built 2-D views (``(M, K)`` and ``(M, N)``) and calls
+  ``entry.run(a, y, stream)``: the plan rewrites its parameter slots and issues its launches.
+
+Whatever a reader does not recognise as the recorded layout (another dtype, device, strides, a
+non-contiguous tensor, overlap) makes the record answer ``None`` and the call takes the general path,
+which raises the same errors as always (or serves the unusual but valid layout). Nothing here
+allocates on a GPU beyond Python's small ints, synchronises or compiles, so a recorded call can be
+captured into a CUDA graph.
+
+``op.bind(A, out, stream=None)`` makes a ``Bound``: the general checks run once, at bind time, and
+the plan is built then (outside capture: during capture a missing plan raises ``CaptureError``). The
+bound callable takes no arguments, runs the plan on the fixed views and returns ``out``; with
+``stream=None`` it reads the producer's current stream on each call, as ``op(A, out=out)`` does.
+It keeps A and out alive, so their memory cannot be freed while it exists.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from . import arrays
+from .arrays import DevArray, _FAST, _mk, _adapt_cupy, _adapt_numba, _adapt_torch, _torch_current_stream, stream_handle
+
+
+class Reader:
+    """Reads the data pointer of objects laid out like a recorded input ``x``; ``None`` for any other."""
+
+    __slots__ = ("read", "stream_of")
+
+    def __init__(self, read, stream_of):
+        self.read = read  # obj -> int pointer (the host ndarray under the simulator) or None
+        self.stream_of = stream_of  # () -> the producer's current stream handle, or None for 0
+
+
+def reader_for(x, simulated: bool) -> Reader | None:
+    """The ``Reader`` for inputs of exactly ``type(x)``, dtype and device as ``x`` (already checked by
+    the general path); None for kinds without a fast accessor (NumPy, CAI objects, subclasses)."""
+    if simulated:
+        host = getattr(x, "_ary", None)  # the simulator's FakeCUDAArray
+        if not isinstance(host, np.ndarray):
+            return None
+        dt = host.dtype
+
+        def read_sim(y):
+            h = y._ary
+            return h if h.dtype is dt and h.flags.c_contiguous else None
+
+        return Reader(read_sim, None)
+    fast = _FAST.get(type(x))
+    if fast is _adapt_torch:
+        tdt, dev = x.dtype, x.get_device()
+
+        def read_torch(y):
+            return y.data_ptr() if y.dtype is tdt and y.get_device() == dev and y.is_contiguous() else None
+
+        _torch_current_stream(dev)  # resolves torch's raw current-stream function once
+        return Reader(read_torch, functools.partial(arrays._torch_raw_stream, dev))
+    if fast is _adapt_cupy:
+        import cupy
+
+        dt, dev = x.dtype, x.data.device_id
+        current = getattr(getattr(cupy.cuda, "stream", None), "get_current_stream_ptr", None)
+        if current is None:
+            def current():
+                return cupy.cuda.get_current_stream().ptr
+
+        def read_cupy(y):
+            m = y.data
+            return m.ptr if y.dtype is dt and m.device_id == dev and y.flags.c_contiguous else None
+
+        return Reader(read_cupy, current)
+    if fast is _adapt_numba:
+        dt, strides = x.dtype, x.strides
+        dev = x.gpu_data.context.device.id
+
+        def read_numba(y):
+            if y.dtype is not dt or y.strides != strides:
+                return None
+            gd = y.gpu_data
+            try:
+                if gd.context.device.id != dev:
+                    return None
+            except AttributeError:  # memory without a context: the general path decides
+                return None
+            return gd.device_ctypes_pointer.value or 0
+
+        return Reader(read_numba, None)
+    return None
+
+
+def _layout(v: DevArray) -> DevArray:
+    """A C-contiguous view with ``v``'s shape, strides and dtype, pointing nowhere and owning nothing."""
+    return _mk(0, v.shape, v.strides, v.dtype, None, True)
+
+
+def _call_stream(stream, stream_of) -> int:
+    if stream is None:
+        return stream_of() if stream_of is not None else 0
+    return stream if type(stream) is int else stream_handle(stream)
+
+
+class CallRecord:
+    """One recorded ``op(A, out=Y)`` layout for a built plan (module docstring)."""
+
+    __slots__ = ("run", "read_a", "read_o", "stream_of", "a_bytes", "o_bytes", "a_view", "o_view", "sim", "_tls")
+
+    def __init__(self, run, ra: Reader, ro: Reader, a_view: DevArray, o_view: DevArray, simulated: bool):
+        self.run = run  # entry.run
+        self.read_a, self.read_o, self.stream_of = ra.read, ro.read, ra.stream_of
+        self.a_bytes, self.o_bytes = a_view.nbytes, o_view.nbytes
+        self.a_view, self.o_view = _layout(a_view), _layout(o_view)  # each thread moves its own copies' pointers
+        self.sim = simulated
+        self._tls = threading.local()
+
+    def __call__(self, A, out, stream):
+        """Run the plan for A and ``out`` and return ``out``; None (nothing done) when either is not
+        laid out as recorded or they overlap: the caller then takes the general path."""
+        pa = self.read_a(A)
+        if pa is None:
+            return None
+        po = self.read_o(out)
+        if po is None:
+            return None
+        if self.sim:
+            if np.shares_memory(pa, po):
+                return None
+            va, vo = self.a_view, self.o_view
+            a = DevArray(0, va.shape, va.strides, va.dtype, pa.reshape(va.shape))
+            o = DevArray(0, vo.shape, vo.strides, vo.dtype, po.reshape(vo.shape))
+            self.run(a, o, 0)
+            return out
+        if po < pa + self.a_bytes and pa < po + self.o_bytes:
+            return None
+        s = _call_stream(stream, self.stream_of)
+        views = getattr(self._tls, "views", None)
+        if views is None:
+            views = self._tls.views = (_layout(self.a_view), _layout(self.o_view))
+        a, o = views
+        a.ptr = pa
+        o.ptr = po
+        self.run(a, o, s)
+        return out
+
+
+class Bound:
+    """``op.bind(A, out, stream)``: the operator on fixed buffers; ``bound()`` runs it, returns ``out``."""
+
+    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of")
+
+    def __init__(self, run, a: DevArray | None, o: DevArray | None, out, keep, stream: int | None,
+                 stream_of):
+        self._run = run  # entry.run, or None for M == 0 (nothing to launch)
+        self._a, self._o = a, o
+        self._out = out
+        self._keep = keep  # A (and its device copy): the memory the views point at stays alive
+        self._stream = stream  # fixed handle, or None: the producer's current stream per call
+        self._stream_of = stream_of
+
+    def __call__(self):
+        run = self._run
+        if run is not None:
+            s = self._stream
+            if s is None:
+                f = self._stream_of
+                s = f() if f is not None else 0
+            run(self._a, self._o, s)
+        return self._out
