@@ -113,8 +113,9 @@ def _m_w8(p: Problem, c: Config) -> bool:
     return p.M <= 5 or (p.M <= 16 and p.dtype in ("float16", "bfloat16") and p.block_size in (16, 32, 64, 128))
 
 
-#: spec §4.2 allows M <= 5; the tensor-core GEMV (fp16/bf16, block <= 128) is flat to M = 16 and beats the
-#: dequantize + cuBLAS route there (H200: 28672x8192 8-bit g128 M=16 107 us vs 477 us), so it takes M 6..16
+#: spec §4.2 allows M <= 5; the tensor-core GEMV (fp16/bf16, block <= 128) is flat to M = 16
+#: (benchmarks/results/2026-11-30-h200-gemv-lowbit-sweep) and beats the dequantize + cuBLAS route there, so it
+#: takes M 6..16
 m_w8 = G("m_w8", "M <= 5, or M <= 16 with fp16/bf16 A and block_size <= 128 (tensor-core GEMV)", _m_w8)
 block_divides_256 = G("block_divides_256", "256 % block_size == 0", lambda p, c: 256 % p.block_size == 0)
 block_divides_512 = G("block_divides_512", "512 % block_size == 0", lambda p, c: 512 % p.block_size == 0)

@@ -80,6 +80,7 @@ class _WithBiasAdd(Plan):
 def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     """The plan of one profiler candidate for ``problem`` (fixed M); bias always served."""
     from ..dispatch.routes import route_named
+    from . import FAMILY_MODULES
 
     if cand.kind == "mixed_gemm":
         from . import mixed_gemm
@@ -94,7 +95,7 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
         plan, bias = dequant.build(weights, problem, config, route=cand.name), "add"
     elif cand.kind == "gemv":
         route = route_named(cand.route)
-        module = importlib.import_module(f".{route.family}", __package__)
+        module = importlib.import_module(FAMILY_MODULES[route.family], __package__)
         if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv_tactics.py)
             from . import gemv_tactics
 
