@@ -99,7 +99,6 @@ class MatMulNBits:
         self._entries: dict[int, _Entry] = {}
         self._calls: dict = {}  # (type(A), A.shape, type(out), out.shape) -> CallRecord or None (bound.py)
         self._lock = threading.Lock()
-        self._fpa_profiler = None
         if self._serves_fpa_intb():  # spec §7.5: the runtime prepack happens at construction
             from .kernels import fpa_intb, mixed_gemm
 
@@ -201,12 +200,11 @@ class MatMulNBits:
             self._entry(int(M), 0)
 
     def fpa_profiler(self):
-        """This node's fpA_intB ``TacticProfiler`` (created on first use; choices shared per GEMM key)."""
-        if self._fpa_profiler is None:
-            from .kernels import fpa_intb
+        """This node's fpA_intB ``TacticProfiler`` (created on first use, kept with the weights: the one the
+        route's plans use; choices shared per GEMM key)."""
+        from .kernels import fpa_intb
 
-            self._fpa_profiler = fpa_intb.make_profiler(self.weights, self.problem(1), self.config)
-        return self._fpa_profiler
+        return fpa_intb.profiler(self.weights, self.problem(1), self.config)
 
     def _build(self, M: int) -> _Entry:
         problem = self.problem(M)
@@ -216,7 +214,7 @@ class MatMulNBits:
         if route.family == "dequant":
             plan = module.build(self.weights, problem, self.config, route=route.name)
         elif route.family == "fpa_intb":
-            plan = module.build(self.weights, problem, self.config, self.fpa_profiler())
+            plan = module.build(self.weights, problem, self.config, route.name)
         else:
             plan = module.build(self.weights, problem, self.config)
         bias_launch = None

@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 GEMV_M = 16  # the fused GEMV routes serve M <= 16, one M tile / tactic per M
-_ZP_KINDS = ("none", "packed", "typed")
 _DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -77,6 +76,7 @@ def parse_shape(text: str) -> Signature:
     """``NxK[:bits[:block[:dtype[:zp[:bias]]]]]`` (defaults 4, 128, float16, none, nobias); zp is none /
     packed / typed, bias is bias / nobias. N, K, bits and block are checked like the operator's attributes."""
     from .schema import MatMulNBitsError, check_attributes
+    from .weights import ZP_KINDS
 
     parts = text.strip().split(":")
     if len(parts) > 6 or "x" not in parts[0]:
@@ -88,7 +88,7 @@ def parse_shape(text: str) -> Signature:
     except ValueError:
         raise ValueError(f"bad shape {text!r}: N, K, bits and block must be integers") from None
     dtype, zp, bias = parts[3] or "float16", parts[4] or "none", parts[5] or "nobias"
-    for value, allowed, what in ((dtype, _DTYPES, "dtype"), (zp, _ZP_KINDS, "zero points"),
+    for value, allowed, what in ((dtype, _DTYPES, "dtype"), (zp, ZP_KINDS, "zero points"),
                                  (bias, ("bias", "nobias"), "bias")):
         if value not in allowed:
             raise ValueError(f"bad shape {text!r}: {what} must be one of {', '.join(allowed)}, got {value!r}")
@@ -211,6 +211,7 @@ def build_op(sig: Signature, config=None, seed: int = 0):
     import numpy as np
 
     from .arrays import np_dtype
+    from .formats import quant_format
     from .op import MatMulNBits
     from .perf.subjects import random_weights
 
@@ -219,7 +220,7 @@ def build_op(sig: Signature, config=None, seed: int = 0):
     B = w.B.reshape(-1) if sig.weight_prepacked else w.B  # prepacked B: the flat bytes
     zp = w.zero_points
     if sig.zp == "typed":
-        zp = np.full(w.scales.shape, 1 << (sig.bits - 1), np.float32).astype(np_dtype(sig.dtype))
+        zp = np.full(w.scales.shape, quant_format(sig.bits).default_zero_point, np.float32).astype(np_dtype(sig.dtype))
     g_idx = (np.arange(sig.K, dtype=np.int32) // sig.block_size) if sig.g_idx else None
     return MatMulNBits(B, w.scales, zp, g_idx, w.bias, K=sig.K, N=sig.N, bits=sig.bits, block_size=sig.block_size,
                        accuracy_level=sig.accuracy_level, weight_prepacked=sig.weight_prepacked, config=config)

@@ -9,8 +9,9 @@ Semantics (spec §1-3)::
 
 Everything is computed in float64 from the *stored* values (fp16/bf16 scales, zero points, A and
 bias are widened exactly), so the oracle has no rounding of its own beyond float64 summation.
-The decoding of B and zero points here is written independently of ``formats.py`` so that the
-two cross-check each other; ``naive_matmul_nbits`` is a third, loop-level implementation.
+The decoding of B and zero points here (shifts and masks) is written independently of ``formats.py``
+so that the two cross-check each other (only the default zero point, a constant of the bit width,
+is ``QuantFormat.default_zero_point``); ``naive_matmul_nbits`` is a third, loop-level implementation.
 
 Tolerances (``TOLERANCES``), relative Frobenius error vs this oracle
 --------------------------------------------------------------------
@@ -46,6 +47,8 @@ fp16 relative error 1.2e-2 from the fp16-rounded weights, 7.3e-5 relative to the
 from __future__ import annotations
 
 import numpy as np
+
+from .formats import quant_format
 
 __all__ = [
     "TOLERANCES",
@@ -99,7 +102,7 @@ def _decode_codes(B, K, N, bits, block_size) -> np.ndarray:
 
 def _decode_zero_points(zero_points, N, kb, bits) -> np.ndarray:
     if zero_points is None:
-        return np.full((N, kb), float(1 << (bits - 1)))
+        return np.full((N, kb), float(quant_format(bits).default_zero_point))
     zp = np.asarray(zero_points)
     if zp.dtype == np.uint8:
         zb = (kb * bits + 7) // 8
@@ -245,7 +248,7 @@ def naive_matmul_nbits(
     else:
 
         def zp_of(n, g):
-            return float(1 << (bits - 1))
+            return float(quant_format(bits).default_zero_point)
 
     gl = None if g_idx is None else [int(x) for x in np.asarray(g_idx).reshape(-1)]
     bl = None if bias is None else [float(x) for x in _f64(bias).reshape(-1)]

@@ -1,33 +1,26 @@
-"""Device-resident constant inputs of one MatMulNBits node, and the plan interface of the routes.
+"""Device-resident constant inputs of one MatMulNBits node.
 
 ``Weights`` is built once by ``MatMulNBits`` at construction: B, scales, zero points, g_idx and
 bias copied to the device in the kernels' layouts (flat 1-D views, bf16 as its bits), plus the
 attributes every kernel needs. Routes may derive further layouts (for example a prepacked layout
 for the tensor-core kernel) through ``Weights.derived(key, build)``, which builds each one once,
-outside any graph capture.
-
-A route's ``build(weights, problem, config) -> Plan`` returns an object with
-``run(a, out, stream)``: ``a`` is the ``(M, K)`` activation and ``out`` the ``(M, N)`` output, both
-C-contiguous ``DevArray`` views that may point elsewhere on every call. ``run`` only rewrites
-pointers in pre-packed launches and launches them on ``stream``.
+outside any graph capture; a family keeps per-node state there too (the fpA_intB tactic profiler).
+The plans the families build from these weights are ``kernels.family.Plan``.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .arrays import DevArray, dtype_name, to_device
+from .arrays import DevArray, to_device
 from .formats import BlockGeometry
 
 
-class Plan(Protocol):
-    route: str
-
-    def run(self, a: DevArray, out: DevArray, stream: int) -> None:  # pragma: no cover - protocol
-        ...
+#: how a node's zero points are given: absent, packed uint8, or typed (the scales' float dtype)
+ZP_KINDS = ("none", "packed", "typed")
 
 
 @dataclass
@@ -41,7 +34,7 @@ class Weights(BlockGeometry):
     dtype: str  # "float32" | "float16" | "bfloat16": the dtype of A, scales, typed zp, bias, Y
     b: DevArray  # uint8 (N, k_blocks, blob_size)
     scales: DevArray  # (N * k_blocks,) in dtype
-    zp_kind: str  # "none" | "packed" | "typed"
+    zp_kind: str  # one of ZP_KINDS
     zp_packed: Optional[DevArray]  # uint8 (N * zp_row,)
     zp_typed: Optional[DevArray]  # (N * k_blocks,) in dtype
     g_idx: Optional[DevArray]  # int32 (K_padded,)
@@ -85,10 +78,6 @@ class Weights(BlockGeometry):
     def describe(self) -> str:
         return (f"N={self.N} K={self.K} bits={self.bits} block_size={self.block_size} dtype={self.dtype} "
                 f"zero_points={self.zp_kind} g_idx={self.g_idx is not None} bias={self.bias is not None}")
-
-
-def kernel_dtype_name(a: DevArray) -> str:
-    return dtype_name(a.dtype)
 
 
 def build_weights(B: np.ndarray, scales: np.ndarray, zero_points=None, g_idx=None, bias=None, *, K: int, N: int,

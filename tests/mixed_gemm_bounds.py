@@ -1,6 +1,6 @@
 """Bounds checker for the generated mixed-GEMM source (tests/test_guarded_loads.py).
 
-Runs ``mixed_gemm._gen_source`` thread by thread in plain Python, every global array exactly sized
+Runs ``mixed_gemm.source.gen_source`` thread by thread in plain Python, every global array exactly sized
 and rejecting any index outside it (negative too), with cheap stand-ins for the tensor-core and
 conversion intrinsics (values do not matter, only indices). Much faster than the simulator, so
 whole grids of GPU-sized problems can be walked. Shared memory is per block; barriers are no-ops,
@@ -14,6 +14,8 @@ from dataclasses import replace
 import numpy as np
 
 from numba_nbits.kernels import mixed_gemm as X
+from numba_nbits.kernels.mixed_gemm.layout import _chunks
+from numba_nbits.kernels.mixed_gemm.source import gen_source
 
 
 class OutOfBounds(IndexError):
@@ -77,7 +79,7 @@ def _ldg_v4(arr, i):
 
 def check(M, N, K, bs, bits, tac, arch, zp="packed", bias=True, act="float16"):
     """Walk the whole grid of one launch; return None, or a message naming the first out-of-bounds access."""
-    n_full, half = X._chunks(K)
+    n_full, half = _chunks(K)
     kb = K // bs
     gx, gy = -(-N // tac.bn), -(-M // tac.bm)
     splits, sps = X.split_count(tac, gx * gy, n_full + int(half), bs)
@@ -89,7 +91,7 @@ def check(M, N, K, bs, bits, tac, arch, zp="packed", bias=True, act="float16"):
           "mma": lambda a0, a1, a2, a3, b0, b1, c0, c1, c2, c3: (c0, c1, c2, c3),
           "fma2": lambda a, b, c: np.uint32(0), "pack2": lambda a, b: np.uint32(0),
           "u32_as_f32": lambda x: np.float32(0), "ldcg": lambda a, i: np.float32(a[i])}
-    exec(compile(X._gen_source(act, tac, bs, zp, bias, arch, bits), "<mixed_gemm>", "exec"), ns)
+    exec(compile(gen_source(act, tac, bs, zp, bias, arch, bits), "<mixed_gemm>", "exec"), ns)
     fn = ns["mixed_gemm"]
     split = tac.splitk != 1
     args = (_Arr("a32", M * K // 2, np.uint32), _Arr("bq", N * K * bits // 32, np.uint32),

@@ -186,3 +186,44 @@ def test_route_table_lists_every_route_and_guard():
 def test_decisions_are_cached():
     p = P(M=3)
     assert select(p, CFG) is select(p, CFG)
+
+
+def test_families_export_a_uniform_record():
+    """fpa_intb and dequant export ``FAMILY``; build takes (weights, problem, config, route)."""
+    import importlib
+    import inspect
+
+    from numba_nbits.kernels import FAMILY_MODULES
+    from numba_nbits.kernels.family import KernelFamily
+
+    for name in ("fpa_intb", "dequant"):
+        fam = importlib.import_module(FAMILY_MODULES[name], "numba_nbits.kernels").FAMILY
+        assert isinstance(fam, KernelFamily) and fam.name == name
+        assert list(inspect.signature(fam.build).parameters) == ["weights", "problem", "config", "route"]
+    dq = importlib.import_module("numba_nbits.kernels.dequant")
+    assert dq.FAMILY.supports(P(bits=2, zero_points="typed", has_g_idx=True))
+    with pytest.raises(ValueError, match="the dequant family serves the routes dequant_cublas, "
+                                         "dequant_cublas_chunked, not 'gemv_w4'"):
+        dq.build(None, P(), None, "gemv_w4")
+
+
+def test_fpa_kernel_guard_is_the_family_supports(monkeypatch):
+    """fpa_kernel_available asks the fpa_intb family (the mixed GEMM's needs), no second copy."""
+    from numba_nbits.dispatch import routes
+    from numba_nbits.kernels import fpa_intb, mixed_gemm
+
+    assert fpa_intb.FAMILY.supports is mixed_gemm.supports
+    guard = next(g for g in routes.FPA_INTB_GUARDS if g.name == "fpa_kernel_available")
+    p = P(M=4, N=64, K=128, block_size=64)
+    assert guard(p, load_config({}))
+    monkeypatch.setattr(fpa_intb, "FAMILY", fpa_intb.FAMILY.__class__("fpa_intb", lambda p: False, fpa_intb.build))
+    assert not guard(p, load_config({}))
+
+
+def test_fpa_n_align_per_format():
+    """N % 64 for 4-bit, N % 32 for 8-bit (the route's alignment table); other widths never pass."""
+    from numba_nbits.dispatch.routes import fpa_n_align
+
+    c = load_config({})
+    assert fpa_n_align(P(N=96, bits=8), c) and not fpa_n_align(P(N=96, bits=4), c)
+    assert fpa_n_align(P(N=128, bits=4), c) and not fpa_n_align(P(N=128, bits=2), c)

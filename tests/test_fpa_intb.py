@@ -26,6 +26,7 @@ from numba_nbits.dispatch.select import select
 from numba_nbits.formats import quantize
 from numba_nbits.kernels import fpa_intb
 from numba_nbits.kernels import mixed_gemm as MG
+from numba_nbits.kernels.family import Plan
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 
 ON = load_config({}, {"ep.cuda.fpa_intb_gemm": "1"})
@@ -485,6 +486,13 @@ def test_debug_line(rng, capsys):
                   "tactic=mixed_gemm:m16 "]
     for part in parts:
         assert part in line + " ", (part, line)
+    fields = plan.debug_fields()
+    assert isinstance(plan, Plan) and set(fields) == {"packing_sm", "weight_format", "kernel", "tactic"}
+    for key, value in fields.items():
+        assert f"{key}={value} " in line + " ", (key, value, line)
+    # the node's one profiler is kept with its weights: the public accessor and the route's plans share it
+    assert op.fpa_profiler() is fpa_intb.profiler(op.weights, op.problem(5), op.config)
+    assert 2 in op.fpa_profiler().profiled
 
 
 @pytest.mark.skipif(not SIMULATED, reason="fakes capture with NumPy A; the GPU test below captures for real")
@@ -514,6 +522,9 @@ def test_profiled_choice_drives_the_plan(rng, monkeypatch):
     y = op(A)
     plan = op._entries[2].plan
     assert plan.tactic == "dequant_cublas" and plan.weight_format == "onnx" and plan.kernel.endswith("+bias_add")
+    # the candidate runs bias-less and the bias-add launch is attached to its plan (Plan.add_bias)
+    assert isinstance(plan.inner, Plan) and plan.inner.bias_launch is not None
+    assert isinstance(plan.inner.plan, Plan) and plan.inner.plan.bias_launch is None
     _check(y, A, B, sc, z, bi, 64, 64, 64, "float16")
 
 

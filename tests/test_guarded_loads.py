@@ -164,6 +164,7 @@ try:
     from numba.cuda import types
     import numba.cuda.dispatcher as D
     from numba_nbits.kernels import mixed_gemm as X
+    from numba_nbits.kernels.mixed_gemm.source import gen_source
 except Exception as e:
     print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
 
@@ -176,7 +177,7 @@ D.get_current_device = lambda: _Dev()
 out = []
 for act, tac, bs, zp, bias, arch, bits in json.loads(sys.argv[1]):
     t = X.TACTICS[tac] if isinstance(tac, str) else X.Tactic("probe", 4, 1, 2, 2, splitk=tac)
-    src = X._gen_source(act, t, bs, zp, bias, arch, bits)
+    src = gen_source(act, t, bs, zp, bias, arch, bits)
     sites = src[:src.index("while st < st_end")].count("ldg_v4(")
     k = X.mixed_gemm_kernel(act, t, bs, zp, bias, arch, bits)
     try:

@@ -166,8 +166,9 @@ def test_fpa_plan_runs_the_baseline_gemv(rng):
     # the profiled choice builds: fpa_intb plan for M = 12 (bucket 16) serves through gemv_w4
     w, A, ref = _make(rng, 64, 128, 32, "float16", 12)
     p = _problem(w, 12)
-    t = fpa_intb.make_profiler(w, p, ON, timer=Timer({"gemv:gemv_w4": 1e-6}))
-    plan = fpa_intb.build(w, p, ON, t)
+    t = fpa_intb.profiler(w, p, ON, timer=Timer({"gemv:gemv_w4": 1e-6}))
+    plan = fpa_intb.build(w, p, ON, "fpa_intb")
+    assert fpa_intb.profiler(w, p, ON) is t  # the node's one profiler, kept with its weights
     assert plan.tactic == "gemv:gemv_w4" and plan.bucket == 16 and plan.kernel.startswith("gemv_mma_w4")
     _ok(_run(plan, A, w.N), ref, "float16")
 

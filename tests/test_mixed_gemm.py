@@ -1,4 +1,4 @@
-"""Mixed-input tensor-core GEMM (kernels/mixed_gemm.py, the fpA_intB route) against the oracle.
+"""Mixed-input tensor-core GEMM (kernels/mixed_gemm/, the fpA_intB route) against the oracle.
 
 Tiny shapes on the simulator, larger ones on a GPU (same tests)."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ from numba_nbits.arrays import np_dtype, to_device, to_host
 from numba_nbits.dispatch.problem import Problem
 from numba_nbits.formats import quantize
 from numba_nbits.kernels import mixed_gemm as X
+from numba_nbits.kernels.mixed_gemm.source import RS
 from numba_nbits.launch import simulated
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 from numba_nbits.weights import build_weights
@@ -271,7 +272,7 @@ def test_default_tactic_by_m():
     assert X.default_tactic(64).name == "m64"
     assert X.default_tactic(65).name == "m128"
     for t in X.TACTICS.values():
-        assert t.bm * X.RS * 4 <= 48 * 1024  # static shared memory
+        assert t.bm * RS * 4 <= 48 * 1024  # static shared memory
 
 
 def test_supports_guards():
@@ -356,3 +357,16 @@ def test_prepack_rejects():
         X.pack_weights_for_mixed_gemm(B, 16, 128, 4, 75, 64)
     with pytest.raises(ValueError):
         X.pack_weights_for_mixed_gemm(np.zeros((8, 2, 32), np.uint8), 8, 128, 4, 80, 64)  # N % 16
+
+
+def test_code_layouts_are_the_formats_data():
+    """Each served bit width's layout record: chunk bytes, byte vs nibble codes, the bf16 decode path."""
+    from numba_nbits.formats import FORMATS
+    from numba_nbits.kernels.mixed_gemm.layout import LAYOUTS, code_layout
+
+    assert X.BITS == (4, 8) and set(LAYOUTS) == {FORMATS[4], FORMATS[8]}
+    w4, w8 = code_layout(4), code_layout(8)
+    assert (w4.tile_chunk_bytes, w4.byte_codes, w4.bf16_via_f32) == (512, False, False)
+    assert (w8.tile_chunk_bytes, w8.byte_codes, w8.bf16_via_f32) == (1024, True, True)
+    with pytest.raises(KeyError):
+        code_layout(2)

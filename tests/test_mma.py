@@ -166,7 +166,7 @@ def _make_pack_kernel():
 
 
 def _make_conv8_kernel():
-    """The 8-bit code conversions of kernels/mixed_gemm.py, on whole words of 4 codes."""
+    """The 8-bit code conversions of kernels/mixed_gemm/source.py, on whole words of 4 codes."""
     def conv8(w, zpw, f16, bf16):
         i = cuda.grid(1)
         if i >= w.shape[0]:

@@ -51,7 +51,7 @@ profiled before CUDA graph capture; run a warmup inference outside capture first
 Sharing and the persistent cache
 --------------------------------
 Choices are kept process-wide per key (ORT's GEMM id plus the TSV key of §7.6: ``n_16b`` =
-``N / (bits == 8 ? 2 : 4)``, K, dtype, weight type, bits, block size, zero points, GEMV-candidate flag,
+``N / (16 / bits)``, K, dtype, weight type, bits, block size, zero points, GEMV-candidate flag,
 packing SM), so layers of one shape profile once. The GEMV flag is ORT's 0/1 plus the knob-gated
 tactics' bits (2: paired-K on, 4: paired-K force, 8: wave-aware), so a node never reuses a choice made
 from another candidate set. When ``ORT_CUDA_GEMM_TACTIC_CACHE_DIR`` /
@@ -239,7 +239,7 @@ def clear_shared_cache() -> None:
 def tactic_key(problem: Problem, packing_sm: int, prepacked: bool, config=None) -> tuple:
     """ORT's TSV key (spec §7.6): n_16b, K, dtype, weight type, bits, block size, zp, gemv flag, packing SM."""
     p = problem
-    n_16b = p.N // (2 if p.bits == 8 else 4)
+    n_16b = p.N // (16 // p.bits)  # N over the codes in 16 bits: N / 4 for 4-bit, N / 2 for 8-bit
     wtype = f"int{p.bits}_groupwise"
     return (n_16b, p.K, p.dtype, wtype, p.bits, p.block_size, p.zero_points, gemv_flag(config, prepacked),
             packing_sm)

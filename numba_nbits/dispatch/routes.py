@@ -113,8 +113,9 @@ def _m_w8(p: Problem, c: Config) -> bool:
     return p.M <= 5 or (p.M <= 16 and p.dtype in ("float16", "bfloat16") and p.block_size in (16, 32, 64, 128))
 
 
-#: spec §4.2 allows M <= 5; the tensor-core GEMV (fp16/bf16, block <= 128) is flat to M = 16 and beats the
-#: dequantize + cuBLAS route there (H200: 28672x8192 8-bit g128 M=16 107 us vs 477 us), so it takes M 6..16
+#: spec §4.2 allows M <= 5; the tensor-core GEMV (fp16/bf16, block <= 128) is flat to M = 16
+#: (benchmarks/results/2026-11-30-h200-gemv-lowbit-sweep) and beats the dequantize + cuBLAS route there, so it
+#: takes M 6..16
 m_w8 = G("m_w8", "M <= 5, or M <= 16 with fp16/bf16 A and block_size <= 128 (tensor-core GEMV)", _m_w8)
 block_divides_256 = G("block_divides_256", "256 % block_size == 0", lambda p, c: 256 % p.block_size == 0)
 block_divides_512 = G("block_divides_512", "512 % block_size == 0", lambda p, c: 512 % p.block_size == 0)
@@ -137,19 +138,30 @@ fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p
 fpa_enabled = G("fpa_enabled", "weight_prepacked != 0 or ORT_FPA_INTB_GEMM / ep.cuda.fpa_intb_gemm on",
                 lambda p, c: p.weight_prepacked != 0 or c.fpa_intb_gemm)
 bits_4_or_8 = G("bits_in_4_8", "bits in {4, 8}", lambda p, c: p.bits in (4, 8))
-fpa_n_align = G("fpa_n_align", "N % (bits == 8 ? 32 : 64) == 0", lambda p, c: p.N % (32 if p.bits == 8 else 64) == 0)
+def _fpa_intb():
+    from ..kernels import fpa_intb  # imported on first use: importing routes compiles nothing
+
+    return fpa_intb
+
+
+def _fpa_n_align(p: Problem, c: Config) -> bool:
+    from ..formats import quant_format
+
+    align = _fpa_intb().N_ALIGN.get(quant_format(p.bits))  # None: a bit width the route does not serve
+    return align is not None and p.N % align == 0
+
+
+fpa_n_align = G("fpa_n_align", "N % (bits == 8 ? 32 : 64) == 0", _fpa_n_align)
 sm_75 = G("sm_75", "device sm >= 75", lambda p, c: p.sm >= 75)
 fpa_sm90_layout = G("fpa_sm90_layout", "weight_prepacked == 2 needs sm == 90 and block_size in {64, 128}",
                     lambda p, c: p.weight_prepacked != 2 or (p.sm == 90 and p.block_size in (64, 128)))
 
 
-def _mixed_gemm_supports(p: Problem, c: Config) -> bool:
-    from ..kernels import mixed_gemm  # imported on first use: importing routes compiles nothing
-
-    return mixed_gemm.supports(p)
+def _fpa_kernel_supports(p: Problem, c: Config) -> bool:
+    return _fpa_intb().FAMILY.supports(p)
 
 
-fpa_kernel = G("fpa_kernel_available", "kernel available: kernels.mixed_gemm.supports(problem)", _mixed_gemm_supports)
+fpa_kernel = G("fpa_kernel_available", "kernel available: kernels.mixed_gemm.supports(problem)", _fpa_kernel_supports)
 
 FPA_INTB_GUARDS = (fpa_dtype, fpa_enabled, block_in({32, 64, 128}), bits_4_or_8, no_g_idx, fpa_n_align, k_mult_block,
                    sm_75, fpa_sm90_layout, fpa_kernel)

@@ -14,9 +14,8 @@ Thread mapping: one thread per uint32 word of B, 256 threads per block, 1-D grid
 the thread writes its ``32/bits`` outputs to ``out[n, k0:k0+32/bits]`` of the ``N x K_padded``
 scratch (padded columns included, as ORT's fallback does; the GEMM reads only the first K).
 Without g_idx the outputs are packed in registers (``cvt.rn.f16x2.f32`` / ``bf16x2``, or fp32 bits)
-and written with 16-byte ``st.global.v4`` stores (8-byte for 8-bit codes into 16-bit dtypes): the
-first version wrote one 2-byte element per store and reached only 742 GB/s on the H200 at
-28672x8192 (4-bit g32 -> fp16, 2026-11-30). With g_idx every element looks up its own group and is
+and written with 16-byte ``st.global.v4`` stores (8-byte for 8-bit codes into 16-bit dtypes), so a
+thread's outputs leave in one to four store instructions instead of one per element. With g_idx every element looks up its own group and is
 stored singly (the deprecated act-order path). Indices are 64-bit, so shapes beyond 2^31 elements
 are fine.
 """
@@ -28,19 +27,21 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
+from ..formats import quant_format
 from ..launch import Kernel
+from .family import KernelFamily, Plan
 from .dtypes import LOADS, STORES, array_type
 from .intrinsics import f32_as_u32, pack_bf16x2, pack_f16x2, st_v2, st_v4
 
 THREADS = 256  # one uint32 word per thread; 256 keeps 8 warps per block for latency hiding
-ZP_KINDS = ("none", "packed", "typed")
 
 
 def _make_dequant(bits: int, act: str, zp_kind: str, has_gidx: bool):
-    CODES = 32 // bits
-    MASK = (1 << bits) - 1
-    CPB = 8 // bits  # codes per zero-point byte
-    DEFAULT_ZP = np.float32(1 << (bits - 1))
+    fmt = quant_format(bits)
+    CODES = fmt.codes_per_word
+    MASK = fmt.code_mask
+    CPB = fmt.codes_per_byte  # codes per zero-point byte
+    DEFAULT_ZP = np.float32(fmt.default_zero_point)
     ld = LOADS[act]
     st = STORES[act]
     PACKED = zp_kind == "packed"
@@ -81,10 +82,11 @@ def _make_dequant(bits: int, act: str, zp_kind: str, has_gidx: bool):
 
 def _make_dequant_vec(bits: int, act: str, zp_kind: str):
     """The no-g_idx kernel: outputs packed into uint32 words and written with vector stores."""
-    CODES = 32 // bits
-    MASK = (1 << bits) - 1
-    CPB = 8 // bits
-    DEFAULT_ZP = np.float32(1 << (bits - 1))
+    fmt = quant_format(bits)
+    CODES = fmt.codes_per_word
+    MASK = fmt.code_mask
+    CPB = fmt.codes_per_byte
+    DEFAULT_ZP = np.float32(fmt.default_zero_point)
     ISZ = 4 if act == "float32" else 2
     PER_U32 = 4 // ISZ
     NU32 = CODES // PER_U32  # uint32 output words per B word: 2, 4, 8 or 16
@@ -154,7 +156,7 @@ def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, 
     All arrays are 1-D ``DevArray`` views; ``zp_packed``/``zp_typed``/``gidx`` may be 1-element
     placeholders when unused.
     """
-    row_words = k_blocks * block_size * bits // 32
+    row_words = k_blocks * block_size // quant_format(bits).codes_per_word
     n_words = n_rows * row_words
     k = dequant_kernel(bits, act, zp_kind, has_gidx)
     if not has_gidx:
@@ -178,7 +180,7 @@ def _flat_views(w, n0: int, rows: int):
     return b, s, zpp, zpt
 
 
-class DequantGemmPlan:
+class DequantGemmPlan(Plan):
     """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
 
     The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
@@ -223,6 +225,9 @@ class DequantGemmPlan:
 
             self.handle = cublas.handle_for(w.device_id)
 
+    def debug_fields(self) -> dict:
+        return {"packing_sm": "n/a", "weight_format": "ort", "kernel": self.kernel, "tactic": self.tactic}
+
     def _scratch(self, stream: int):
         sc = getattr(self._tls, "scratch", None)
         if sc is None:
@@ -246,7 +251,7 @@ class DequantGemmPlan:
             p = self._tls.parts = (scratch, views)
         return p
 
-    def run(self, a, out, stream: int) -> None:
+    def enqueue(self, a, out, stream: int) -> None:
         w = self.w
         scratch, views = self._parts(stream)
         for (n0, n, launch), part in zip(self.chunks, views):
@@ -264,6 +269,20 @@ class DequantGemmPlan:
                      out.ptr + n0 * out.itemsize, w.N, w.dtype, self.use_tf32, self.options)
 
 
+#: the route names this family serves; the chunked one dequantizes N in chunks
+ROUTES = ("dequant_cublas", "dequant_cublas_chunked")
+
+
+def supports(problem) -> bool:
+    """Dequantize + cuBLAS serves every problem (every bit width, dtype, zero-point kind and g_idx)."""
+    return True
+
+
 def build(weights, problem, config, route: str = "dequant_cublas"):
     """Plan of the universal route (``dequant_cublas``) or its chunked form (``dequant_cublas_chunked``)."""
-    return DequantGemmPlan(weights, problem, config, route, chunked=route.endswith("chunked"))
+    if route not in ROUTES:
+        raise ValueError(f"the dequant family serves the routes {', '.join(ROUTES)}, not {route!r}")
+    return DequantGemmPlan(weights, problem, config, route, chunked=route == "dequant_cublas_chunked")
+
+
+FAMILY = KernelFamily("dequant", supports, build)

@@ -1,20 +1,24 @@
-"""The ``fpa_intb`` route's plan (spec §7): the mixed GEMM of ``mixed_gemm.py`` behind the tactic profiler.
+"""The ``fpa_intb`` route's plan (spec §7): the mixed GEMM of ``kernels/mixed_gemm/`` behind the tactic profiler.
 
-No kernel lives here. ``build`` asks the node's ``TacticProfiler`` (``dispatch/profiler.py``) which
-candidate serves this M's bucket (profiling the bucket on first use, outside capture) and builds it:
+No kernel lives here. ``build(weights, problem, config, route)`` asks the node's ``TacticProfiler``
+(``dispatch/profiler.py``; one per node, kept with the weights: ``profiler``) which candidate serves
+this M's bucket (profiling the bucket on first use, outside capture) and builds it:
 
 * ``mixed_gemm:<tactic>`` — the tensor-core mixed GEMM with that tile shape, bias fused, over the
   prepacked B (offline-packed ``weight_prepacked`` 1/2 used in place, or the runtime prepack of an
   ONNX-layout B, spec §7.5);
 * ``gemv:<route>`` / ``dequant_cublas`` / ``dequant_cublas_chunked`` — an existing route's plan, plus the
-  bias-add kernel when that route does not fuse bias, so to the caller the route always serves bias
-  itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a ``kernels/gemv_tactics.py``
+  bias-add launch attached (``Plan.add_bias``) when that route does not fuse bias, so to the caller
+  the route always serves bias itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a ``kernels/gemv_tactics.py``
   tactic (paired-K, wave-aware).
 
 Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
 ``weight_prepacked == 2``, else 80; it picks the prepacked layout (``arch`` of
 ``pack_weights_for_mixed_gemm``) and is part of the tactic key. ``required_weight_prepacked_format``
 is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
+
+What the family's kernel needs (``supports``) is the mixed GEMM's ``supports``; the spec's N alignment of
+the route (``N_ALIGN``: N % 64 for 4-bit, N % 32 for 8-bit, as ORT's fpA_intB kernels need) is a route guard.
 
 An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
 cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
@@ -36,8 +40,14 @@ from dataclasses import replace
 import numpy as np
 
 from ..dispatch.profiler import Candidate, TacticProfiler
+from ..formats import FORMATS
+from .family import KernelFamily, Plan
+from .mixed_gemm.tactics import supports
 
 ROUTE = "fpa_intb"
+PROFILER_KEY = "fpa_intb_profiler"
+#: the route's N alignment per format (spec §7.2): N % N_ALIGN[format] == 0
+N_ALIGN = {FORMATS[4]: 64, FORMATS[8]: 32}
 
 
 def packing_sm(device_sm: int, weight_prepacked: int) -> int:
@@ -50,26 +60,27 @@ def required_weight_prepacked_format(packing: int) -> int:
     return 2 if packing == 90 else 1
 
 
-class _WithBiasAdd:
-    """A bias-less plan followed by the fp32 bias-add kernel (ORT's retry path)."""
+class _WithBiasAdd(Plan):
+    """A bias-less candidate plan with the fp32 bias-add launch attached (ORT's retry path)."""
 
     def __init__(self, plan, weights, M: int):
         from .bias import bind_bias_add
 
         self.plan = plan
+        self.route = plan.route
         self.kernel = f"{getattr(plan, 'kernel', plan.route)}+bias_add"
+        self.tactic = getattr(plan, "tactic", "n/a")
         w = weights
-        self._bias = bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N)
+        self.add_bias(bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N))
 
-    def run(self, a, out, stream: int) -> None:
+    def enqueue(self, a, out, stream: int) -> None:
         self.plan.run(a, out, stream)
-        self._bias.set_array(0, out.flat())
-        self._bias.launch(stream)
 
 
 def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     """The plan of one profiler candidate for ``problem`` (fixed M); bias always served."""
     from ..dispatch.routes import route_named
+    from . import FAMILY_MODULES
 
     if cand.kind == "mixed_gemm":
         from . import mixed_gemm
@@ -84,7 +95,7 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
         plan, bias = dequant.build(weights, problem, config, route=cand.name), "add"
     elif cand.kind == "gemv":
         route = route_named(cand.route)
-        module = importlib.import_module(f".{route.family}", __package__)
+        module = importlib.import_module(FAMILY_MODULES[route.family], __package__)
         if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv_tactics.py)
             from . import gemv_tactics
 
@@ -100,8 +111,14 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     return plan
 
 
+def profiler(weights, problem, config, timer=None) -> TacticProfiler:
+    """The node's tactic profiler, created once per node from ``(weights, problem at M=1, config)`` and
+    kept with the weights (``weights.derived``); ``timer`` applies only when this call creates it."""
+    return weights.derived(PROFILER_KEY, lambda: make_profiler(weights, replace(problem, M=1), config, timer))
+
+
 def make_profiler(weights, problem, config, timer=None) -> TacticProfiler:
-    """The node's tactic profiler; its runners build candidates with their own A / Y buffers."""
+    """A new tactic profiler for the node; its runners build candidates with their own A / Y buffers."""
     from ..arrays import device_empty, to_device
 
     arch = packing_sm(problem.sm, problem.weight_prepacked)
@@ -151,11 +168,16 @@ def m_chunk_rows(M: int, N: int, K: int, itemsize: int, config, buckets) -> int:
     return 0
 
 
-class FpaIntbPlan:
-    """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring),
-    or, with M chunking (``m_chunk_rows`` > 0), ``ChunkedFpaIntbPlan``.
+class _DebugFields:
+    def debug_fields(self) -> dict:
+        """``packing_sm``, ``weight_format``, ``kernel`` and ``tactic`` of the ``ORT_FPA_INTB_DEBUG`` line."""
+        return {"packing_sm": self.packing_sm, "weight_format": self.weight_format, "kernel": self.kernel,
+                "tactic": self.tactic}
 
-    ``packing_sm``, ``weight_format``, ``kernel`` and ``tactic`` feed the ``ORT_FPA_INTB_DEBUG`` line."""
+
+class FpaIntbPlan(_DebugFields, Plan):
+    """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring);
+    with M chunking (``m_chunk_rows`` > 0) ``ChunkedFpaIntbPlan`` runs one per chunk size."""
 
     route = ROUTE
 
@@ -185,7 +207,7 @@ class FpaIntbPlan:
         self._args = (weights, problem, config)
         self._unaligned = None
 
-    def run(self, a, out, stream: int = 0) -> None:
+    def enqueue(self, a, out, stream: int) -> None:
         if a.ptr % 16 and self.candidate.kind == "mixed_gemm":  # the mixed GEMM loads A 16 bytes at a time
             self._unaligned_plan(stream).run(a, out, stream)
             return
@@ -208,7 +230,7 @@ class FpaIntbPlan:
         return self._unaligned
 
 
-class ChunkedFpaIntbPlan:
+class ChunkedFpaIntbPlan(_DebugFields, Plan):
     """M chunking (spec §7.7): ``ceil(M / Mc)`` row slices of A and Y, each run by the ``FpaIntbPlan`` of
     its own row count (so the tactic of its own bucket: one plan for the full chunks, one for the rest).
     ``run`` only offsets pointers (no allocation, no sync: graph-capturable once built). ``chunks``,
@@ -233,7 +255,7 @@ class ChunkedFpaIntbPlan:
         self.kernel = f"{first.kernel};m_chunks={len(self.chunks)}x{rows}"
         self._row_bytes = (weights.K * weights.np_dtype.itemsize, weights.N * weights.np_dtype.itemsize)
 
-    def run(self, a, out, stream: int = 0) -> None:
+    def enqueue(self, a, out, stream: int) -> None:
         if not (a.c_contiguous and out.c_contiguous):
             raise ValueError("fpa_intb M chunking needs C-contiguous A and Y")
         ka, ny = self._row_bytes
@@ -242,9 +264,14 @@ class ChunkedFpaIntbPlan:
             self.plans[n].run(a.offset(r0 * ka, (n, K)), out.offset(r0 * ny, (n, N)), stream)
 
 
-def build(weights, problem, config, profiler: TacticProfiler, stream: int = 0):
-    """The route's plan for ``problem``: chunked along M when ``m_chunk_rows`` says so (spec §7.7)."""
-    rows = m_chunk_rows(problem.M, weights.N, weights.K, weights.np_dtype.itemsize, config, profiler.buckets)
+def build(weights, problem, config, route: str = ROUTE):
+    """The route's plan for ``problem`` with the node's ``profiler``: chunked along M when ``m_chunk_rows``
+    says so (spec §7.7)."""
+    prof = profiler(weights, problem, config)
+    rows = m_chunk_rows(problem.M, weights.N, weights.K, weights.np_dtype.itemsize, config, prof.buckets)
     if rows:
-        return ChunkedFpaIntbPlan(weights, problem, config, profiler, rows, stream)
-    return FpaIntbPlan(weights, problem, config, profiler, stream)
+        return ChunkedFpaIntbPlan(weights, problem, config, prof, rows)
+    return FpaIntbPlan(weights, problem, config, prof)
+
+
+FAMILY = KernelFamily(ROUTE, supports, build)

@@ -20,10 +20,10 @@ from typing import Optional
 
 import numpy as np
 
+from ..formats import quant_format
 from .metrics import dense_bytes, nbits_bytes, tinygemm_bytes
 
-PEER_NAMES = ("torch_dense", "torch_dequant_matmul", "tinygemm", "gemlite", "ort_cuda")
-TINYGEMM_MAX_M = 1024  # a decode kernel: ~16 ms per call on 28672x8192 at M=1024, 65 ms at 4096
+TINYGEMM_MAX_M = 1024  # a decode kernel: past M = 1024 one call on an LLM-sized layer takes tens of ms
 
 
 def _torch():
@@ -111,12 +111,12 @@ class _TorchGraph:
 def dequant_torch(torch, B, scales, zp, bits: int, block: int, K: int, dtype):
     """``(q - zp) * scale`` as an ``(N, K)`` tensor of ``dtype``, from ORT's packed layouts (torch ops)."""
     N, kb, blob = B.shape
-    per = 8 // bits
-    mask = (1 << bits) - 1
+    fmt = quant_format(bits)
+    per, mask = fmt.codes_per_byte, fmt.code_mask
     shifts = torch.arange(0, 8, bits, device=B.device, dtype=torch.uint8)
     q = ((B.unsqueeze(-1) >> shifts) & mask).reshape(N, kb, blob * per)
     if zp is None:
-        z = torch.full((N, kb, 1), float(1 << (bits - 1)), device=B.device, dtype=torch.float32)
+        z = torch.full((N, kb, 1), float(fmt.default_zero_point), device=B.device, dtype=torch.float32)
     else:
         z = ((zp.unsqueeze(-1) >> shifts) & mask).reshape(N, -1)[:, :kb].unsqueeze(-1).float()
     w = (q.float() - z) * scales.float().unsqueeze(-1)

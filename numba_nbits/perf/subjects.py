@@ -17,7 +17,7 @@ import numpy as np
 
 from ..arrays import np_dtype
 from ..reference import TOLERANCES, matmul_nbits_ref, relative_error
-from .metrics import ITEMSIZE, k_blocks, nbits_bytes
+from .metrics import ITEMSIZE, k_blocks
 from .shapes import ROUTER_AB_ENV, ROUTER_AB_VARIANT
 
 #: fp32 routes may use TF32 tensor cores when ``use_tf32`` is on (ORT's default): rel. error ~3e-4.
@@ -213,10 +213,6 @@ def check(subject, backend, oracle: Oracle, tol: float) -> dict:
     ok = bool(unwritten == 0 and np.isfinite(err) and err <= tol)
     note = f"{unwritten} NaN/unwritten outputs in the sampled rows" if unwritten else ""
     return {"rel_err": err, "correct": ok, "tol": tol, "check_note": note}
-
-
-def case_bytes(w: HostWeights, M: int) -> int:
-    return nbits_bytes(M, w.N, w.K, w.bits, w.block, w.dtype, w.zp, w.bias is not None).total
 
 
 def act_bytes(M: int, N: int, K: int, dtype: str) -> int:
