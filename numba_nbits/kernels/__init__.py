@@ -1,6 +1,6 @@
 """The kernel families behind the dispatch routes.
 
-``family(name)`` imports the module of a route's family on first use (importing this package compiles
+``get_family(name)`` imports the module of a route's family on first use (importing this package compiles
 and imports nothing) and returns the ``KernelFamily`` record it exports as ``FAMILY``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ FAMILY_MODULES = {
 }
 
 
-def family(name: str):
+def get_family(name: str):
     """The ``KernelFamily`` of the route family ``name`` (a key of ``FAMILY_MODULES``)."""
     try:
         module = FAMILY_MODULES[name]
