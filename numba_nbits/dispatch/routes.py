@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..config import Config
+from ..formats import FORMATS, quant_format
 from .problem import Problem
 
 
@@ -138,16 +139,12 @@ fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p
 fpa_enabled = G("fpa_enabled", "weight_prepacked != 0 or ORT_FPA_INTB_GEMM / ep.cuda.fpa_intb_gemm on",
                 lambda p, c: p.weight_prepacked != 0 or c.fpa_intb_gemm)
 bits_4_or_8 = G("bits_in_4_8", "bits in {4, 8}", lambda p, c: p.bits in (4, 8))
-def _fpa_intb():
-    from ..kernels import fpa_intb  # imported on first use: importing routes compiles nothing
-
-    return fpa_intb
+#: the fpA_intB route's N alignment per format (spec §7.2): N % FPA_N_ALIGN[format] == 0
+FPA_N_ALIGN = {FORMATS[4]: 64, FORMATS[8]: 32}
 
 
 def _fpa_n_align(p: Problem, c: Config) -> bool:
-    from ..formats import quant_format
-
-    align = _fpa_intb().N_ALIGN.get(quant_format(p.bits))  # None: a bit width the route does not serve
+    align = FPA_N_ALIGN.get(quant_format(p.bits))  # None: a bit width the route does not serve
     return align is not None and p.N % align == 0
 
 
@@ -158,7 +155,11 @@ fpa_sm90_layout = G("fpa_sm90_layout", "weight_prepacked == 2 needs sm == 90 and
 
 
 def _fpa_kernel_supports(p: Problem, c: Config) -> bool:
-    return _fpa_intb().FAMILY.supports(p)
+    # the family's kernel check (fpa_intb.FAMILY.supports is this function); imported on first use, so
+    # importing routes compiles nothing, and from the kernel package, which does not import dispatch
+    from ..kernels.mixed_gemm import supports
+
+    return supports(p)
 
 
 fpa_kernel = G("fpa_kernel_available", "kernel available: kernels.mixed_gemm.supports(problem)", _fpa_kernel_supports)

@@ -18,7 +18,7 @@ Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only 
 is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
 
 What the family's kernel needs (``supports``) is the mixed GEMM's ``supports``; the spec's N alignment of
-the route (``N_ALIGN``: N % 64 for 4-bit, N % 32 for 8-bit, as ORT's fpA_intB kernels need) is a route guard.
+the route (``dispatch.routes.FPA_N_ALIGN``: N % 64 for 4-bit, N % 32 for 8-bit, as ORT's fpA_intB kernels need) is a route guard.
 
 An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
 cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
@@ -40,14 +40,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..dispatch.profiler import Candidate, TacticProfiler
-from ..formats import FORMATS
 from .family import KernelFamily, Plan
 from .mixed_gemm.tactics import supports
 
 ROUTE = "fpa_intb"
 PROFILER_KEY = "fpa_intb_profiler"
-#: the route's N alignment per format (spec §7.2): N % N_ALIGN[format] == 0
-N_ALIGN = {FORMATS[4]: 64, FORMATS[8]: 32}
 
 
 def packing_sm(device_sm: int, weight_prepacked: int) -> int:
