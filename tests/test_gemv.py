@@ -30,8 +30,8 @@ CONFIG = load_config({})
 def _family(bits: int, router: bool = False):
     import importlib
 
-    name = "router" if router else {4: "gemv_w4", 8: "gemv_w8", 2: "gemv_w2"}[bits]
-    return importlib.import_module(f"numba_nbits.kernels.{name}")
+    name = "router" if router else {4: "w4", 8: "w8", 2: "w2"}[bits]
+    return importlib.import_module(f"numba_nbits.kernels.gemv.{name}")
 
 
 def _build(bits, router, w, p):
@@ -267,7 +267,7 @@ def test_plans_serve_every_admitted_route_problem():
                                                          (1, 2, 16, 1, 1)])
 def test_persistent_rows_and_k_tiles(rng, M, bits, bs, tile_cap, grid_cap):
     """The GPU-only schedules on small shapes: blocks looping over row groups, K in several tiles."""
-    from numba_nbits.kernels import gemv_common as gc
+    from numba_nbits.kernels.gemv import core as gc
 
     dtype = "float16"
     N, K = 32, (72 if bits == 4 else 96)

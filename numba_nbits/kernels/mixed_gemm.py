@@ -84,7 +84,7 @@ from ..arrays import DevArray, to_device
 from ..launch import Kernel
 from . import intrinsics as _I
 from .dtypes import LOADS, STORES, array_type
-from .gemv_mma import _CONST
+from .gemv.mma_source import _CONST
 
 ROUTE = "mixed_gemm"
 BLOCK_SIZES = (32, 64, 128)

@@ -1,4 +1,5 @@
-"""The fused CUDA-core GEMV engine shared by ``gemv_w4``, ``gemv_w8``, ``gemv_w2`` and ``router``.
+"""Source generator of the fused CUDA-core GEMV engine shared by the routes ``gemv_w4``, ``gemv_w8``,
+``gemv_w2`` and ``router_gemv`` (fp32 A, and the fallback of the tensor-core GEMV).
 
 Math
 ----
@@ -15,7 +16,8 @@ Decoding without I2F, zero point for free
 A code field ``q`` of ``b`` bits at bit offset ``o`` of a 32-bit word ``w`` is turned into a float
 by one LOP3 and one FADD: ``u32_as_f32(0x4B000000 | (w & (MASK << o))) = 2^23 + q * 2^o`` exactly
 as long as ``o + b <= 23`` (the field stays in the mantissa). Fields higher up are first brought
-down by one shift of the word by ``SH`` bits (12 for 2/4-bit, 16 for 8-bit; one SHF per word).
+down by one shift of the word by ``HIGH_FIELD_SHIFT[bits]`` bits (12 for 2/4-bit, 16 for 8-bit; one SHF
+per word).
 Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
 exactly, so the zero point (default ``2^(bits-1)`` or the packed one) costs nothing per code. The
 ``2^o`` factor is cancelled by pre-scaling the activation: ``a'[k] = a[k] * 2^-o(k)``, where
@@ -46,7 +48,7 @@ Thread -> data mapping
 * A (the ``MT x K`` slice) is staged once per K tile into dynamic shared memory as pre-scaled fp32,
   laid out ``[mt][chunk][CH + 1]``: the one-float pad per chunk makes the 32 lanes (which read
   element t of 32 consecutive chunks) hit 32 different banks, while the offsets t stay
-  compile-time immediates. When A of the whole K fits (``SMEM_BUDGET``), it is staged once per
+  compile-time immediates. When A of the whole K fits (``core.SMEM_BUDGET``), it is staged once per
   block and the block loops over row groups (a persistent grid sized by occupancy on a GPU);
   otherwise K is cut into balanced tiles with a ``syncthreads`` pair around each staging.
 * The router specialisation (``direct_a``) skips shared memory: a 32 x 2880 problem is latency
@@ -56,7 +58,7 @@ Thread -> data mapping
 
 Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
 kind, chunk bytes, M tile, rows per warp, unroll, warps, A source, bias) and compiled once through
-``launch.Kernel``; the generator fully unrolls the per-chunk work into straight-line code, so every
+``launch.Kernel`` (``kernel_for``; planning and launch: ``core``); the generator fully unrolls the per-chunk work into straight-line code, so every
 loaded word, constant and accumulator is a scalar register (no local-memory arrays) and the loads
 of one iteration are all issued before the first use. The same source runs on the simulator.
 """
@@ -69,16 +71,12 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from ..launch import Kernel
-from .dtypes import LOADS, STORES, array_type
-from .intrinsics import ldg_v4, prefetch_l2, u32_as_f32
+from ...formats import FORMATS
+from ...launch import Kernel
+from ..codegen import load_source
+from ..dtypes import LOADS, STORES, array_type
+from ..intrinsics import ldg_v4, prefetch_l2, u32_as_f32
 
-#: Shared memory (bytes) a block may use for staged A. 48 KiB needs no opt-in and leaves room for
-#: 4 such blocks per H200 SM (228 KiB); A of K = 11,264 (M tile 1) fits in one tile.
-SMEM_BUDGET = 48 * 1024
-#: Row groups (blocks) a launch should have before rows per warp are reduced: one per SM of a
-#: 132-SM H200, so small-N problems (4096 rows: R = 2) still spread over the whole GPU.
-MIN_BLOCKS = 132
 #: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
 MAGIC = 8388608.0
 #: ``Spec.l2pf`` kernels prefetch into L2 the B chunk a lane loads this many iterations later (untuned)
@@ -105,7 +103,7 @@ class Spec:
 
     @property
     def codes_per_word(self) -> int:
-        return 32 // self.bits
+        return FORMATS[self.bits].codes_per_word
 
     @property
     def ch(self) -> int:  # codes per chunk
@@ -130,9 +128,8 @@ class Spec:
                 f"{'_l2pf' if self.l2pf else ''}")
 
 
-def _shift_of(bits: int) -> int:
-    """Right shift applied to a word before decoding its high fields (keeps fields in the mantissa)."""
-    return 16 if bits == 8 else 12
+#: Right shift applied to a word before decoding its high fields (keeps them in the fp32 mantissa), by bits
+HIGH_FIELD_SHIFT = {2: 12, 4: 12, 8: 16}
 
 
 def field_offset(bits: int, j: int) -> tuple[bool, int]:
@@ -140,31 +137,24 @@ def field_offset(bits: int, j: int) -> tuple[bool, int]:
     o = j * bits
     if o + bits <= 23:
         return False, o
-    return True, o - _shift_of(bits)
+    return True, o - HIGH_FIELD_SHIFT[bits]
 
 
 def prescale_exponents(bits: int) -> tuple[int, ...]:
     """Bit offset o(j) per code position j of a word; staged A is multiplied by 2^-o(j)."""
-    return tuple(field_offset(bits, j)[1] for j in range(32 // bits))
-
-
-def _f(x: float) -> str:
-    return f"np.float32({float(x)!r})"
+    return tuple(field_offset(bits, j)[1] for j in range(FORMATS[bits].codes_per_word))
 
 
 def generate_source(s: Spec) -> str:
     """Python source of the kernel for specialisation ``s`` (see the module docstring)."""
     bits, ch, W, mt, R, U = s.bits, s.ch, s.words, s.mt, s.r, s.u
     cpw = s.codes_per_word
-    mask = (1 << bits) - 1
     sub = min(ch, s.block_size)  # codes of one chunk under one scale
     nsub = ch // sub
     log_bs = int(math.log2(s.block_size))
-    zpb = 8 // bits  # zero points per packed byte
-    default_zp = 1 << (bits - 1)
+    zpb = FORMATS[bits].codes_per_byte  # zero points per packed byte
     offs = [field_offset(bits, j) for j in range(cpw)]
     exps = sorted({o for _, o in offs})
-    sh = _shift_of(bits)
     L: list[str] = []
 
     def emit(level, text):
@@ -360,12 +350,12 @@ def kernel_namespace(s: Spec) -> dict:
     from numba.cuda import types
 
     bits = s.bits
-    mask = (1 << bits) - 1
-    zp = 1 << (bits - 1)
+    mask = FORMATS[bits].code_mask
+    zp = FORMATS[bits].default_zero_point
     ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4, "prefetch_l2": prefetch_l2,
           "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(bits), "min": min,
           "F0": np.float32(0.0), "MAGF": np.float32(MAGIC), "MAGICU": np.uint32(0x4B000000),
-          "SHU": np.uint32(_shift_of(bits)), "ZMASK": np.uint32(mask)}
+          "SHU": np.uint32(HIGH_FIELD_SHIFT[bits]), "ZMASK": np.uint32(mask)}
     for o in sorted(set(prescale_exponents(bits))):
         ns[f"MK{o}"] = np.uint32(mask << o)
         ns[f"KC{o}"] = np.float32(MAGIC + zp * 2.0 ** o)
@@ -383,153 +373,8 @@ def kernel_for(s: Spec) -> Kernel:
 
     src = generate_source(s)
     ns = kernel_namespace(s)
-    code = compile(src, f"<numba_nbits {s.name}>", "exec")
-    exec(code, ns)
-    fn = ns[s.name]
-    fn.__source__ = src
+    fn = load_source(s.name, src, ns)[s.name]
     argtypes = (array_type(s.act, 2), array_type("uint32"), array_type(s.act), array_type("uint8"),
                 array_type(s.act), array_type(s.act, 2)) + (types.int64,) * 8
     return Kernel(fn, argtypes, name=s.name, fastmath=False)
 
-
-# ------------------------------------------------------------------------------------ planning
-
-def chunk_bytes_for(row_bytes: int) -> int:
-    """Largest of 16/8/4 bytes dividing a row of B (rows start 16-byte aligned only if 16 | row)."""
-    for cb in (16, 8, 4):
-        if row_bytes % cb == 0:
-            return cb
-    raise ValueError(f"row of {row_bytes} bytes is not a multiple of 4")
-
-
-def choose_rows_per_warp(N: int, warps: int, r_max: int) -> int:
-    """Most rows per warp (A reuse) that still gives >= MIN_BLOCKS blocks; at least 1."""
-    r = r_max
-    while r > 1 and -(-N // (warps * r)) < MIN_BLOCKS:
-        r //= 2
-    return r
-
-
-def tile_chunks_for(row_chunks: int, mt: int, pad: int) -> int:
-    """Chunks of K per staged tile: all of them if they fit SMEM_BUDGET, else balanced tiles."""
-    cap = max(1, SMEM_BUDGET // (mt * pad * 4))
-    if row_chunks <= cap:
-        return row_chunks
-    ntiles = -(-row_chunks // cap)
-    per = -(-row_chunks // ntiles)
-    per = -(-per // 32) * 32  # whole lanes' worth when possible
-    return min(per, cap)
-
-
-_DEVICE_INFO = {}
-
-
-def _device_info():
-    """(SM count, shared memory per SM) of the current device (GPU only; cached)."""
-    if not _DEVICE_INFO:
-        dev = cuda.get_current_device()
-        _DEVICE_INFO["sms"] = int(dev.MULTIPROCESSOR_COUNT)
-        _DEVICE_INFO["smem_sm"] = int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-    return _DEVICE_INFO["sms"], _DEVICE_INFO["smem_sm"]
-
-
-def resident_blocks(kernel: Kernel, threads: int, smem: int) -> int:
-    """Blocks of this kernel that fit on one SM at once (threads, registers, shared memory)."""
-    regs = max(kernel.registers(), 1)
-    regs = -(-regs // 8) * 8
-    _, smem_sm = _device_info()
-    by_threads = 2048 // threads
-    by_regs = 65536 // (regs * threads)
-    by_smem = smem_sm // (smem + 1024) if smem else 32
-    return max(1, min(32, by_threads, by_regs, by_smem))
-
-
-class GemvPlan:
-    """A bound fused-GEMV launch: ``run`` points it at A and Y and launches (graph-capturable)."""
-
-    __slots__ = ("route", "kernel", "spec", "launch", "grid", "block", "shared_mem")
-
-    def __init__(self, route: str, spec: Spec, launch, shared_mem: int):
-        self.route = route
-        self.spec = spec
-        self.kernel = spec.name
-        self.launch = launch
-        self.grid = launch.grid
-        self.block = launch.block
-        self.shared_mem = shared_mem
-
-    def run(self, a, out, stream: int = 0) -> None:
-        L = self.launch
-        L.set_array(0, a)
-        L.set_array(5, out)
-        L.launch(stream)
-
-    def __repr__(self):
-        return f"GemvPlan({self.route}, {self.kernel}, grid={self.grid}, block={self.block}, smem={self.shared_mem})"
-
-
-def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
-               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None,
-               grid_cap: int | None = None, tile_cap: int | None = None, l2pf: bool = False) -> GemvPlan:
-    """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this).
-
-    ``grid_cap`` / ``tile_cap`` (tests only) force the persistent row-group loop and K tiling on
-    small shapes.
-    """
-    w = weights
-    M, N, K = problem.M, w.N, w.K
-    row_bytes = w.K_padded * w.bits // 8
-    cb = chunk_bytes or chunk_bytes_for(row_bytes)
-    ch = cb * 8 // w.bits
-    row_chunks = row_bytes // cb
-    r = choose_rows_per_warp(N, warps, r_max)
-    spec = Spec(act=w.dtype, bits=w.bits, block_size=w.block_size, zp_kind=w.zp_kind, chunk_bytes=cb, mt=mt, r=r,
-                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias,
-                l2pf=l2pf and cb == 16)
-    kern = kernel_for(spec)
-    if direct_a:
-        tile = row_chunks
-        smem = 0
-    else:
-        tile = tile_chunks_for(row_chunks, mt, spec.pad)
-        if tile_cap:
-            tile = min(tile, tile_cap)
-        smem = mt * tile * spec.pad * 4
-    n_groups = -(-N // (warps * r))
-    grid_x = n_groups
-    if not w.simulated and not direct_a and tile >= row_chunks:
-        # persistent blocks: A staged once per block, blocks stride over the row groups
-        sms, _ = _device_info()
-        grid_x = min(n_groups, sms * resident_blocks(kern, spec.threads, smem))
-    if grid_cap:
-        grid_x = min(grid_x, grid_cap)
-    grid = (grid_x, -(-M // mt), 1)
-    a0 = _placeholder(w, (M, K))
-    o0 = _placeholder(w, (M, N))
-    zpp = w.zp_packed if w.zp_kind == "packed" else w.dummy(np.uint8)
-    bi = w.bias if (bias and w.bias is not None) else w.dummy(w.np_dtype)
-    args = (a0, w.b_words, w.scales, zpp, bi, o0, M, N, K, w.k_blocks, w.zp_row, row_chunks, tile, n_groups)
-    launch = kern.bind(grid, spec.threads, args, shared_mem=smem)
-    return GemvPlan(route, spec, launch, smem)
-
-
-def _placeholder(w, shape):
-    """A zero-sized-data placeholder of the right rank for the A / Y slots until ``run`` sets them."""
-    from ..arrays import DevArray
-
-    key = ("placeholder",) + tuple(shape)
-
-    def make():
-        if w.simulated:
-            arr = np.zeros(shape, w.np_dtype)
-            return DevArray(0, shape, arr.strides, w.np_dtype, arr)
-        itemsize = w.np_dtype.itemsize
-        strides = (shape[1] * itemsize, itemsize)
-        return DevArray(0, shape, strides, w.np_dtype, None)
-
-    return w.derived(str(key), make)
-
-
-def check(cond: bool, family: str, what: str) -> None:
-    if not cond:
-        raise ValueError(f"{family}: unsupported problem ({what})")
