@@ -145,6 +145,12 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
     return GemvPlan(route, spec, launch, smem)
 
 
+def build_shaped(weights, problem, route: str, mt: int, shapes: dict, l2pf: bool = False) -> GemvPlan:
+    """``build_plan`` with the family's (rows per warp, unroll, warps) of M tile ``mt`` from ``shapes``."""
+    r, u, warps = shapes[mt]
+    return build_plan(weights, problem, route=route, mt=mt, r_max=r, u=u, warps=warps, l2pf=l2pf)
+
+
 def _placeholder(w, shape):
     """A zero-sized-data placeholder of the right rank for the A / Y slots until ``run`` sets them."""
     from ...arrays import DevArray

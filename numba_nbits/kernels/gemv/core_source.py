@@ -58,7 +58,8 @@ Thread -> data mapping
 
 Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
 kind, chunk bytes, M tile, rows per warp, unroll, warps, A source, bias) and compiled once through
-``launch.Kernel`` (``kernel_for``; planning and launch: ``core``); the generator fully unrolls the per-chunk work into straight-line code, so every
+``launch.Kernel`` (``kernel_for``; planning and launch: ``core``); the generator fully unrolls the
+per-chunk work into straight-line code, so every
 loaded word, constant and accumulator is a scalar register (no local-memory arrays) and the loads
 of one iteration are all issued before the first use. The same source runs on the simulator.
 """
@@ -147,13 +148,13 @@ def prescale_exponents(bits: int) -> tuple[int, ...]:
 
 def generate_source(s: Spec) -> str:
     """Python source of the kernel for specialisation ``s`` (see the module docstring)."""
-    bits, ch, W, mt, R, U = s.bits, s.ch, s.words, s.mt, s.r, s.u
-    cpw = s.codes_per_word
-    sub = min(ch, s.block_size)  # codes of one chunk under one scale
-    nsub = ch // sub
+    bits, chunk_codes, words, mt, rows, unroll = s.bits, s.ch, s.words, s.mt, s.r, s.u
+    codes_per_word = s.codes_per_word
+    slice_codes = min(chunk_codes, s.block_size)  # codes of one chunk under one scale
+    n_slices = chunk_codes // slice_codes
     log_bs = int(math.log2(s.block_size))
-    zpb = FORMATS[bits].codes_per_byte  # zero points per packed byte
-    offs = [field_offset(bits, j) for j in range(cpw)]
+    zp_per_byte = FORMATS[bits].codes_per_byte  # zero points per packed byte
+    offs = [field_offset(bits, j) for j in range(codes_per_word)]
     exps = sorted({o for _, o in offs})
     L: list[str] = []
 
@@ -174,23 +175,24 @@ def generate_source(s: Spec) -> str:
         emit(1, "staged = False")
     emit(1, "rg = np.int64(cuda.blockIdx.x)")
     emit(1, "while rg < n_groups:")
-    emit(2, f"n0 = (rg * {s.warps} + warp) * {R}")
+    emit(2, f"n0 = (rg * {s.warps} + warp) * {rows}")
     emit(2, "active = n0 < N")
-    for r in range(R):
+    for r in range(rows):
         emit(2, f"row{r} = n0 + {r}")
     for m in range(mt):
-        for r in range(R):
+        for r in range(rows):
             emit(2, f"acc{m}_{r} = np.float32(0.0)")
     emit(2, "c0 = np.int64(0)")
     emit(2, "while c0 < row_chunks:")
     emit(3, "nch = min(tile_chunks, row_chunks - c0)")
     if not s.direct_a:
-        # ---- stage A[m0:m0+mt, c0*ch : (c0+nch)*ch] as pre-scaled fp32, [mt][chunk][ch+1]
+        # ---- stage A[m0:m0+mt, c0*chunk_codes : (c0+nch)*chunk_codes] as pre-scaled fp32, [mt][chunk][chunk_codes+1]
         emit(3, "if not (single and staged):")
         emit(4, "cuda.syncthreads()")
-        emit(4, f"tile_k = nch * {ch}")
-        emit(4, f"kbase = c0 * {ch}")
-        assert ch & (ch - 1) == 0 and cpw & (cpw - 1) == 0, s  # shift / mask below
+        emit(4, f"tile_k = nch * {chunk_codes}")
+        emit(4, f"kbase = c0 * {chunk_codes}")
+        # shift / mask below
+        assert chunk_codes & (chunk_codes - 1) == 0 and codes_per_word & (codes_per_word - 1) == 0, s
         # rows of A one after another, k = tid, tid + threads, ... within a row: no division by the
         # (run-time) tile length per element; chunk and code position by shift and mask
         emit(4, "mm = np.int64(0)")
@@ -202,9 +204,9 @@ def generate_source(s: Spec) -> str:
         emit(6, "if m0 + mm < M and kg < K:")
         emit(7, "v = ld(a, (m0 + mm, kg))")
         # 2^-o(j) with o(j) from the table, j = kk % codes_per_word; built from the exponent bits
-        emit(6, f"o = PRESCALE_EXP[kk & {cpw - 1}]")
+        emit(6, f"o = PRESCALE_EXP[kk & {codes_per_word - 1}]")
         emit(6, "v = v * u32_as_f32(np.uint32((127 - o) << 23))")
-        emit(6, f"sa[mm * stride_m + (kk >> {int(math.log2(ch))}) * {s.pad} + (kk & {ch - 1})] = v")
+        emit(6, f"sa[mm * stride_m + (kk >> {int(math.log2(chunk_codes))}) * {s.pad} + (kk & {chunk_codes - 1})] = v")
         emit(6, f"kk += {s.threads}")
         emit(5, "mm += 1")
         emit(4, "cuda.syncthreads()")
@@ -212,27 +214,27 @@ def generate_source(s: Spec) -> str:
     emit(3, "if active:")
     emit(4, "c = np.int64(lane)")
     emit(4, "while c < nch:")
-    lv = 5
+    lvl = 5
     # ---- chunk indices (clamped) and validity
-    for u in range(U):
-        emit(lv, f"cl{u} = c + {32 * u}")
-        emit(lv, f"ok{u} = cl{u} < nch")
-        emit(lv, f"if not ok{u}:")
-        emit(lv + 1, f"cl{u} = nch - 1")
-        emit(lv, f"cg{u} = c0 + cl{u}")
-    # ---- B loads: all R*U chunks first
-    for u in range(U):
-        for r in range(R):
+    for u in range(unroll):
+        emit(lvl, f"cl{u} = c + {32 * u}")
+        emit(lvl, f"ok{u} = cl{u} < nch")
+        emit(lvl, f"if not ok{u}:")
+        emit(lvl + 1, f"cl{u} = nch - 1")
+        emit(lvl, f"cg{u} = c0 + cl{u}")
+    # ---- B loads: all rows*unroll chunks first
+    for u in range(unroll):
+        for r in range(rows):
             base = f"row{r} * row_chunks + cg{u}"
-            if W == 4:
-                emit(lv, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
+            if words == 4:
+                emit(lvl, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
                 if s.l2pf:  # the chunk this lane loads L2PF_AHEAD iterations later, if in the row
-                    emit(lv, f"if cg{u} + {32 * U * L2PF_AHEAD} < row_chunks:")
-                    emit(lv + 1, f"prefetch_l2(bw, {base} + {32 * U * L2PF_AHEAD})")
+                    emit(lvl, f"if cg{u} + {32 * unroll * L2PF_AHEAD} < row_chunks:")
+                    emit(lvl + 1, f"prefetch_l2(bw, {base} + {32 * unroll * L2PF_AHEAD})")
             else:
-                emit(lv, f"bi{r}_{u} = ({base}) * {W}")
-                for i in range(W):
-                    emit(lv, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
+                emit(lvl, f"bi{r}_{u} = ({base}) * {words}")
+                for i in range(words):
+                    emit(lvl, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
     # Every temporary below gets a fresh name (and constants are frozen globals, see
     # ``kernel_namespace``): numba's SSA repair and lowering are quadratic in the number of
     # re-assignments / statements of one block, so unique names keep compile times in seconds.
@@ -244,99 +246,101 @@ def generate_source(s: Spec) -> str:
 
     # ---- A values (direct mode): loaded with the B loads, pre-scaled by constants
     if s.direct_a:
-        for u in range(U):
-            emit(lv, f"ka{u} = np.uint64(cg{u} * {ch})")
-            for t in range(ch):
-                o = offs[t % cpw][1]
-                emit(lv, f"a{u}_{t} = ld(a, (um0, ka{u} + T{t})) * PS{o}")
+        for u in range(unroll):
+            emit(lvl, f"ka{u} = np.uint64(cg{u} * {chunk_codes})")
+            for t in range(chunk_codes):
+                o = offs[t % codes_per_word][1]
+                emit(lvl, f"a{u}_{t} = ld(a, (um0, ka{u} + T{t})) * PS{o}")
     # ---- scales (masked to 0 for invalid chunks) and zero-point constants
-    for u in range(U):
-        for sidx in range(nsub):
-            emit(lv, f"g{u}_{sidx} = (cg{u} * {ch} + {sidx * sub}) >> {log_bs}")
-        for r in range(R):
-            for sidx in range(nsub):
+    for u in range(unroll):
+        for sidx in range(n_slices):
+            emit(lvl, f"g{u}_{sidx} = (cg{u} * {chunk_codes} + {sidx * slice_codes}) >> {log_bs}")
+        for r in range(rows):
+            for sidx in range(n_slices):
                 sc = f"sc{r}_{u}_{sidx}"
-                emit(lv, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
+                emit(lvl, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
                 if s.zp_kind == "packed":
                     g = f"g{u}_{sidx}"
-                    emit(lv, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zpb}))])")
-                    emit(lv, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zpb}) * {bits})) "
+                    emit(lvl, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zp_per_byte}))])")
+                    emit(lvl, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zp_per_byte}) * {bits})) "
                              f"& ZMASK)")
                     for o in exps:
-                        emit(lv, f"k{r}_{u}_{sidx}_{o} = MAGF + z{r}_{u}_{sidx} * FM{o}")
+                        emit(lvl, f"k{r}_{u}_{sidx}_{o} = MAGF + z{r}_{u}_{sidx} * FM{o}")
     # ---- compute: one `if ok_u:` section per (chunk, scale slice); a clamped chunk past the end is
     # skipped (its loads were harmless duplicates). The sections also keep numba's per-block
     # analyses (quadratic in statements per block) fast.
-    for u in range(U):
+    for u in range(unroll):
         if not s.direct_a:
             for m in range(mt):
-                emit(lv, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
-        for sidx in range(nsub):
-            lw = lv + 1
-            acc = {(m, r): f"acc{m}_{r}" for m in range(mt) for r in range(R)}
-            part = {r: None for r in range(R)}
+                emit(lvl, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m
+                     else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
+        for sidx in range(n_slices):
+            lvl_in = lvl + 1
+            acc = {(m, r): f"acc{m}_{r}" for m in range(mt) for r in range(rows)}
+            part = {r: None for r in range(rows)}
             if mt == 1:
-                for r in range(R):
-                    emit(lv, f"pp{r} = F0")
+                for r in range(rows):
+                    emit(lvl, f"pp{r} = F0")
                     part[r] = f"pp{r}"
-            for t in range(sidx * sub, (sidx + 1) * sub):
-                wi, j = divmod(t, cpw)
+            for t in range(sidx * slice_codes, (sidx + 1) * slice_codes):
+                wi, j = divmod(t, codes_per_word)
                 hi, o = offs[j]
                 if j == 0:  # a new section per word
-                    if t != sidx * sub:
-                        for r in range(R):
+                    if t != sidx * slice_codes:
+                        for r in range(rows):
                             if mt == 1:
-                                emit(lw, f"pp{r} = {part[r]}")
+                                emit(lvl_in, f"pp{r} = {part[r]}")
                                 part[r] = f"pp{r}"
                             for m in range(mt if mt > 1 else 0):
-                                emit(lw, f"acc{m}_{r} = {acc[m, r]}")
+                                emit(lvl_in, f"acc{m}_{r} = {acc[m, r]}")
                                 acc[m, r] = f"acc{m}_{r}"
-                    emit(lv, f"if ok{u}:")
+                    emit(lvl, f"if ok{u}:")
                 if hi and not offs[j - 1][0]:  # first high field of this word: shift it down once
-                    for r in range(R):
-                        emit(lw, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> SHU")
+                    for r in range(rows):
+                        emit(lvl_in, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> SHU")
                 xs = []
                 for m in range(mt):
                     if s.direct_a:
                         xs.append(f"a{u}_{t}")
                     else:
                         x = fresh("x")
-                        emit(lw, f"{x} = sa[ab{u}_{m} + T{t}]")
+                        emit(lvl_in, f"{x} = sa[ab{u}_{m} + T{t}]")
                         xs.append(x)
-                for r in range(R):
+                for r in range(rows):
                     src = f"{'h' if hi else 'w'}{r}_{u}_{wi}"
                     cst = f"k{r}_{u}_{sidx}_{o}" if s.zp_kind == "packed" else f"KC{o}"
                     d = fresh("d")
-                    emit(lw, f"{d} = u32_as_f32(({src} & MK{o}) | MAGICU) - {cst}")
+                    emit(lvl_in, f"{d} = u32_as_f32(({src} & MK{o}) | MAGICU) - {cst}")
                     if mt == 1:
                         p_new = fresh("p")
-                        emit(lw, f"{p_new} = {d} * {xs[0]}" if part[r] is None else f"{p_new} = {part[r]} + {d} * {xs[0]}")
+                        emit(lvl_in, f"{p_new} = {d} * {xs[0]}" if part[r] is None
+                             else f"{p_new} = {part[r]} + {d} * {xs[0]}")
                         part[r] = p_new
                     else:
                         dq = fresh("q")
-                        emit(lw, f"{dq} = {d} * sc{r}_{u}_{sidx}")
+                        emit(lvl_in, f"{dq} = {d} * sc{r}_{u}_{sidx}")
                         for m in range(mt):
                             a_new = fresh("s")
-                            emit(lw, f"{a_new} = {acc[m, r]} + {dq} * {xs[m]}")
+                            emit(lvl_in, f"{a_new} = {acc[m, r]} + {dq} * {xs[m]}")
                             acc[m, r] = a_new
             if mt == 1:
-                for r in range(R):
+                for r in range(rows):
                     a_new = fresh("s")
-                    emit(lw, f"{a_new} = {acc[0, r]} + sc{r}_{u}_{sidx} * {part[r]}")
+                    emit(lvl_in, f"{a_new} = {acc[0, r]} + sc{r}_{u}_{sidx} * {part[r]}")
                     acc[0, r] = a_new
             for m in range(mt):
-                for r in range(R):
-                    emit(lw, f"acc{m}_{r} = {acc[m, r]}")
-    emit(lv, f"c += {32 * U}")
+                for r in range(rows):
+                    emit(lvl_in, f"acc{m}_{r} = {acc[m, r]}")
+    emit(lvl, f"c += {32 * unroll}")
     emit(3, "c0 += tile_chunks")
     # ---- reduce and store
     emit(2, "if active:")
     for m in range(mt):
-        for r in range(R):
+        for r in range(rows):
             v = f"acc{m}_{r}"
             for off in (16, 8, 4, 2, 1):
                 emit(3, f"{v} += cuda.shfl_xor_sync({FULL_MASK:#x}, {v}, {off})")
-            idx = m * R + r
+            idx = m * rows + r
             emit(3, f"if lane == {idx % 32} and m0 + {m} < M:")
             if s.bias:
                 emit(4, f"{v} += ld(bias, row{r})")

@@ -20,10 +20,10 @@ Padded activations (k >= K) are never loaded, so padded codes contribute nothing
   chunk: nibbles ``0,4`` = a0 (row g), ``1,5`` = a1 (row g+8), ``2,6`` = a2 (row g), ``3,7`` = a3
   (row g+8), so ``(w >> 4r) & 0x000F000F`` is fragment register ``r``.
 * K order inside a step is permuted (any permutation works if A and B agree): with ``KG =
-  min(block_size, 64)`` and ``steps_per_group = KG/16``, the logical fragment columns ``2t, 2t+1,
-  2t+8, 2t+9`` of step ``σ`` of k-group ``γ`` are the physical ``k = γ*KG + 4*steps_per_group*t + 4σ +
+  min(block_size, 64)`` and ``group_steps = KG/16``, the logical fragment columns ``2t, 2t+1,
+  2t+8, 2t+9`` of step ``σ`` of k-group ``γ`` are the physical ``k = γ*KG + 4*group_steps*t + 4σ +
   (0, 1, 2, 3)``. Every step stays inside one quantisation block, and each lane's activations of a
-  k-group are ``4*steps_per_group`` contiguous values: one or two 16-byte loads (8-byte pairs for
+  k-group are ``4*group_steps`` contiguous values: one or two 16-byte loads (8-byte pairs for
   block 16).
 * 8-bit: each code is split into two 4-bit planes, ``q = 16 * (q >> 4) + (q & 15)``, both in the
   4-bit layout, per 64-k chunk the low-plane vector then the high-plane vector (``2 * KS / 64``

@@ -65,7 +65,8 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
 
     src = generate_source(act, MT, tac, BS, ZP, bits, l2pf)
     ns = {
-        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act], "TPW": tac.tpw,
+        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act],
+        "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
@@ -185,6 +186,16 @@ class TensorCorePlan(Plan):
                                    "yet; run a warmup inference with the same A layout outside capture first.")
             self._fallback = self._cuda_core()
         self._fallback.enqueue(a, out, stream)
+
+
+def build_route(family: str, unmet, weights, problem, route: str, cuda_core, kernel: str, tactic,
+                l2pf: bool = False):
+    """A fused-GEMV family's ``build``: re-check the family's needs (``core.check``), then ``route_plan``."""
+    from . import core
+
+    core.check(family, unmet(problem))
+    core.check(family, core.weights_unmet(weights, problem))
+    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf)
 
 
 def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto", tactic: Tactic | None = None,

@@ -16,10 +16,11 @@ no tail. At block 32 a lane's two scale words are one 8-byte ``ldg_v2``. The wav
 from __future__ import annotations
 
 from .mma_source import (_CONST, L2PF_AHEAD, _emit_block_mma, _emit_head, _emit_l2_prefetch, _emit_load_act,
-                         _emit_position, _emit_setup, _scale_bits_expr, _sizes)
+                         _emit_position, _emit_setup, _emit_weight_loads, _scale_bits_expr, _sizes)
 
 
-def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4, l2pf: bool = False) -> str:
+def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
+                    l2pf: bool = False) -> str:
     """The ring kernel (``tac.ring = depth`` >= 2; see "Ring kernel" in the module docstring).
 
     Each warp walks a flat list of work items (tile group, super-chunk): the CTA's tile groups
@@ -34,16 +35,11 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
     issued for the next group stay in flight through the barrier (no pipeline drain/refill per group, and
     no wave-quantised tail with a persistent grid)."""
     TPW, warps, depth = tac.tpw, tac.warps, tac.ring
-    super_k, vectors, group_k, steps_per_group, blocks_per_super, steps_per_block, groups_per_super = \
+    super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = \
         _sizes(block_size, bits)
     c = _CONST[act]
     red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
-    L = []
-
-    def e(indent, s):
-        L.append("    " * indent + s)
-
-    _emit_head(e)
+    L, e = _emit_head()
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     e(1, f"ngroups = (N + {16 * TPW - 1}) // {16 * TPW}")
     e(1, "G0 = np.int64(cuda.blockIdx.x)")
@@ -71,35 +67,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         p = f"q{slot}"
         locate(ind, "l")
         e(ind, "if gi < my_groups and scl < n_super:")
-        zeros = []
-        for i in range(TPW):
-            for jc in range(vectors):
-                e(ind + 1, f"{p}_{i}_{jc} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {jc}) * 32 + lane)")
-                zeros.append((f"_{i}_{jc}", "Z4"))
-            e(ind + 1, f"tsc = (tile0 + {i}) * n_super + scl")
-            if blocks_per_super == 4:
-                e(ind + 1, "sv = ldg_v4(sw, tsc * 8 + g)")
-                for q in range(4):
-                    e(ind + 1, f"{p}sc_{i}_{q} = sv[{q}]")
-            elif blocks_per_super == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
-                for v in range(2):
-                    e(ind + 1, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
-                    for q in range(4):
-                        e(ind + 1, f"{p}sc_{i}_{4 * v + q} = sv[{q}]")
-            elif blocks_per_super == 2:  # block 32: the lane's two scale words as one 8-byte request (pf=1 issues two)
-                e(ind + 1, "sv2 = ldg_v2(sw, tsc * 8 + g)")
-                for q in range(2):
-                    e(ind + 1, f"{p}sc_{i}_{q} = sv2[{q}]")
-            elif blocks_per_super == 1:
-                e(ind + 1, f"{p}sc_{i}_0 = np.uint32(sw[tsc * 8 + g])")
-            else:
-                raise ValueError(f"gemv_mma ring: {blocks_per_super} quantisation blocks per super-chunk")
-            zeros += [(f"sc_{i}_{q}", "np.uint32(0)") for q in range(blocks_per_super)]
-            if zp_kind == "packed":
-                for h in range(2):
-                    for bb in range(blocks_per_super):
-                        e(ind + 1, f"{p}zp_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * blocks_per_super} + g * {2 * blocks_per_super} + {h * blocks_per_super + bb}])")
-                        zeros.append((f"zp_{i}_{h}_{bb}", "np.uint32(0)"))
+        zeros = _emit_weight_loads(e, ind + 1, p, "", TPW, vectors, super_blocks, zp_kind, True, True)
         if l2pf:
             _emit_l2_prefetch(e, ind + 1, TPW, vectors, f"scl + {L2PF_AHEAD * warps}")
         e(ind, "else:")
@@ -114,12 +82,12 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         ind += 1
         e(ind, "if scl < n_super:")
         ind2 = ind + 1
-        _emit_load_act(e, ind2, "b", f"scl * {super_k}", m_tiles, groups_per_super, group_k, steps_per_group)
+        _emit_load_act(e, ind2, "b", f"scl * {super_k}", m_tiles, super_groups, group_k, group_steps)
         for i in range(TPW):
-            for bb in range(blocks_per_super):
-                _emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, steps_per_block=steps_per_block, steps_per_group=steps_per_group, c=c,
+            for bb in range(super_blocks):
+                _emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c,
                                 s_lo=_scale_bits_expr(act, f"{p}sc_{i}_{bb >> 1}", bb & 1),
-                                s_hi=_scale_bits_expr(act, f"{p}sc_{i}_{(blocks_per_super + bb) >> 1}", (blocks_per_super + bb) & 1),
+                                s_hi=_scale_bits_expr(act, f"{p}sc_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1),
                                 zp=(f"{p}zp_{i}_0_{bb}", f"{p}zp_{i}_1_{bb}") if zp_kind == "packed" else None,
                                 word=lambda j, i=i: f"{p}_{i}_{j}", bits=bits)
         # end of this warp's items of the group: partials -> shared buffer (group parity), barrier, store

@@ -68,7 +68,8 @@ def _emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
             e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zp[h]}) * np.uint32(0x10001)")
 
 
-def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, steps_per_block: int, steps_per_group: int, c: dict, s_lo: str, s_hi: str,
+def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
+                    s_lo: str, s_hi: str,
                     zp, word, bits: int = 4) -> None:
     """Emit one quantisation block ``bb`` of tile ``i`` (both generators): its scales (``s_lo`` / ``s_hi``:
     expressions of the fp32 scales of rows g and g + 8) and, with packed zero points, the negated
@@ -84,9 +85,9 @@ def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, steps_per_blo
     for mt in range(m_tiles):
         for r in range(4):
             e(ind, f"p_{mt}_{r} = np.float32(0)")
-    for ss in range(steps_per_block):
-        s = bb * steps_per_block + ss
-        G, sig = divmod(s, steps_per_group)
+    for ss in range(block_steps):
+        s = bb * block_steps + ss
+        G, sig = divmod(s, group_steps)
         for j, wi, sh, plane in step_planes(bits, s):
             e(ind, f"wd = {word(j)}[{wi}]")
             one = c["ONE16"] if plane else c["ONE"]
@@ -114,13 +115,20 @@ def _sizes(block_size: int, bits: int):
             super_k // group_k)
 
 
-def _emit_head(e) -> None:
-    """The kernel's signature and the lane's coordinates: MMA fragment row group ``g`` and column pair ``t``."""
+def _emit_head():
+    """Start a kernel's source: ``(lines, e)`` with ``e(indent, text)`` appending a line, after the kernel's
+    signature and the lane's coordinates (MMA fragment row group ``g`` and column pair ``t``)."""
+    L = []
+
+    def e(indent, s):
+        L.append("    " * indent + s)
+
     e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
     e(1, "lane = cuda.threadIdx.x & 31")
     e(1, "warp = cuda.threadIdx.x >> 5")
     e(1, "g = lane >> 2")
     e(1, "t = lane & 3")
+    return L, e
 
 
 def _emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> None:
@@ -138,12 +146,12 @@ def _emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> 
         e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
 
 
-def _emit_load_act(e, ind, dst, k0, m_tiles, groups_per_super, group_k, steps_per_group) -> None:
+def _emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps) -> None:
     """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
     for mt in range(m_tiles):
-        for G in range(groups_per_super):
-            e(ind, f"ka = {k0} + {G * group_k} + {4 * steps_per_group} * t")
-            if steps_per_group == 1:
+        for G in range(super_groups):
+            e(ind, f"ka = {k0} + {G * group_k} + {4 * group_steps} * t")
+            if group_steps == 1:
                 e(ind, f"if ok_{mt} and ka < K:")
                 e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
                 e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(a32[ix])")
@@ -152,13 +160,57 @@ def _emit_load_act(e, ind, dst, k0, m_tiles, groups_per_super, group_k, steps_pe
                 e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(0)")
                 e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(0)")
             else:
-                for q in range(steps_per_group // 2):
+                for q in range(group_steps // 2):
                     e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
                     e(ind + 1, f"bv = ldg_v4(a32, (rbase_{mt} + ka + {8 * q}) >> 3)")
                     e(ind, "else:")
                     e(ind + 1, "bv = Z4")
                     for x in range(4):
                         e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
+
+def _emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool, ring: bool) -> list:
+    """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
+    ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
+    returns the ``(suffix, zero)`` pairs that clear them. The ring kernel (``ring``) loads two scale words as
+    one 8-byte request and one with a plain load."""
+    zeros = []
+    for i in range(TPW):
+        for j in range(vectors):
+            e(ind, f"{p}_{tag}{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {j}) * 32 + lane)")
+            zeros.append((f"_{tag}{i}_{j}", "Z4"))
+        if not scales:
+            continue
+        e(ind, f"tsc = (tile0 + {i}) * n_super + scl")
+        sc = f"{p}sc_{tag}{i}"
+        if super_blocks == 4:  # 4 words = one 16-byte load
+            e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+            for q in range(4):
+                e(ind, f"{sc}_{q} = sv[{q}]")
+        elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+            for v in range(2):
+                e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
+                for q in range(4):
+                    e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
+        elif ring and super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
+            e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+            for q in range(2):
+                e(ind, f"{sc}_{q} = sv2[{q}]")
+        elif ring and super_blocks == 1:
+            e(ind, f"{sc}_0 = np.uint32(sw[tsc * 8 + g])")
+        elif ring:
+            raise ValueError(f"gemv_mma ring: {super_blocks} quantisation blocks per super-chunk")
+        else:
+            for q in range(super_blocks):
+                e(ind, f"{sc}_{q} = np.uint32(sw[tsc * {8 * super_blocks} + g * {super_blocks} + {q}])")
+        zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
+        if zp_kind == "packed":
+            for h in range(2):
+                for bb in range(super_blocks):
+                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * super_blocks} + g * {2 * super_blocks}"
+                           f" + {h * super_blocks + bb}])")
+                    zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
+    return zeros
+
 
 def _emit_position(e, ind, m_tiles) -> None:
     """Output (row ``n``, column ``m``) of reduction entry ``ent``: warp slot ``(i, mt, r)``, lane ``ln``."""
@@ -172,22 +224,18 @@ def _emit_position(e, ind, m_tiles) -> None:
     e(ind, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
 
 
-def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4, l2pf: bool = False) -> str:
+def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
+               l2pf: bool = False) -> str:
     """Python source of the kernel for one specialisation (see module docstring and ``Tactic``);
     ``l2pf``: also ``prefetch_l2`` the weights ``L2PF_AHEAD`` stages beyond each loaded one."""
     TPW, warps, unroll = tac.tpw, tac.warps, tac.unroll
     prefetch, ksplit, stages = tac.pf, tac.ksplit, tac.stages
     split_warps = warps * ksplit  # warps that share one tile group's K loop (split-K stride)
-    super_k, vectors, group_k, steps_per_group, blocks_per_super, steps_per_block, groups_per_super = \
+    super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = \
         _sizes(block_size, bits)
     c = _CONST[act]
     red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
-    L = []
-
-    def e(indent, s):
-        L.append("    " * indent + s)
-
-    _emit_head(e)
+    L, e = _emit_head()
     if ksplit == 1:
         e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
         e(1, "gw = np.int64(warp)")
@@ -200,9 +248,9 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     _emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
 
     def load_act(ind, dst, k0):
-        _emit_load_act(e, ind, dst, k0, m_tiles, groups_per_super, group_k, steps_per_group)
+        _emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
 
-    n_act = 2 if steps_per_group == 1 else 4 * (steps_per_group // 2)
+    n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
     stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
 
     def load_stage(indent, p, base_expr):
@@ -211,36 +259,13 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         for u in range(unroll):
             e(indent, f"scl = {base_expr} + {u * split_warps}")
             e(indent, "if scl < n_super:")
-            zeros = []
-            for i in range(TPW):
-                for j in range(vectors):
-                    e(indent + 1, f"{p}_{u}_{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {j}) * 32 + lane)")
-                    zeros.append((f"_{u}_{i}_{j}", "Z4"))
-                if prefetch >= 1:
-                    e(indent + 1, f"tsc = (tile0 + {i}) * n_super + scl")
-                    if blocks_per_super == 4:  # 4 words = one 16-byte load
-                        e(indent + 1, "sv = ldg_v4(sw, tsc * 8 + g)")
-                        for q in range(4):
-                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = sv[{q}]")
-                    elif blocks_per_super == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
-                        for v in range(2):
-                            e(indent + 1, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
-                            for q in range(4):
-                                e(indent + 1, f"{p}sc_{u}_{i}_{4 * v + q} = sv[{q}]")
-                    else:
-                        for q in range(blocks_per_super):
-                            e(indent + 1, f"{p}sc_{u}_{i}_{q} = np.uint32(sw[tsc * {8 * blocks_per_super} + g * {blocks_per_super} + {q}])")
-                    zeros += [(f"sc_{u}_{i}_{q}", "np.uint32(0)") for q in range(blocks_per_super)]
-                    if zp_kind == "packed":
-                        for h in range(2):
-                            for bb in range(blocks_per_super):
-                                e(indent + 1, f"{p}zp_{u}_{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * blocks_per_super} + g * {2 * blocks_per_super} + {h * blocks_per_super + bb}])")
-                                zeros.append((f"zp_{u}_{i}_{h}_{bb}", "np.uint32(0)"))
+            zeros = _emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1,
+                                       False)
             if l2pf:
                 _emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
             if prefetch >= 2:
                 load_act(indent + 1, f"{p}ac_{u}", f"scl * {super_k}")
-                zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(m_tiles) for G in range(groups_per_super)
+                zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(m_tiles) for G in range(super_groups)
                           for x in range(n_act)]
             e(indent, "else:")
             for suf, z in zeros:
@@ -267,7 +292,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         ind = 3
         if prefetch >= 2:
             for mt in range(m_tiles):
-                for G in range(groups_per_super):
+                for G in range(super_groups):
                     for x in range(n_act):
                         e(ind, f"b_{mt}_{G}_{x} = wac_{u}_{mt}_{G}_{x}")
         else:
@@ -275,15 +300,15 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             load_act(ind, "b", "k0")
         for i in range(TPW):
             if prefetch == 0:
-                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * blocks_per_super} + g * {2 * blocks_per_super}")
-            for bb in range(blocks_per_super):
+                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
+            for bb in range(super_blocks):
                 if prefetch == 0:
-                    sl, sh = f"ld(sc, sb + {bb})", f"ld(sc, sb + {blocks_per_super + bb})"
-                    zp = (f"np.uint32(zpk[sb + {bb}])", f"np.uint32(zpk[sb + {blocks_per_super + bb}])")
+                    sl, sh = f"ld(sc, sb + {bb})", f"ld(sc, sb + {super_blocks + bb})"
+                    zp = (f"np.uint32(zpk[sb + {bb}])", f"np.uint32(zpk[sb + {super_blocks + bb}])")
                 else:
-                    sl, sh = scale_expr(u, i, bb), scale_expr(u, i, blocks_per_super + bb)
+                    sl, sh = scale_expr(u, i, bb), scale_expr(u, i, super_blocks + bb)
                     zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
-                _emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, steps_per_block=steps_per_block, steps_per_group=steps_per_group, c=c, s_lo=sl, s_hi=sh,
+                _emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
                                 zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}",
                                 bits=bits)
     for r in range(stages - 1):
@@ -342,7 +367,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
 
 #: ``l2pf`` kernels prefetch into L2 the weights this many pipeline stages (ring: items per warp) past the
-#: ones being loaded (an untuned first choice; sweep it on the H200)
+#: ones being loaded (an untuned first choice)
 L2PF_AHEAD = 2
 
 

@@ -10,7 +10,7 @@ tactic tag]`` fitted to a sweep of the tactics on that GPU (the ``sources`` fiel
 measurement under ``benchmarks/results/``). ``KERNEL_VERSION`` names the generated kernels the
 tables were measured with: a change to the generators that moves timings bumps it, and tables of an
 older version are not used. Lookup rule: the table of ``gpu`` when there is one for this version,
-else the table of ``DEFAULT_GPU`` (the H200, the only GPU measured so far; its tactics are valid on
+else the table of ``DEFAULT_GPU`` (the H200, the GPU the tables were fitted on; its tactics are valid on
 any sm_80+ GPU, only possibly not the fastest there). Plans do not name a GPU today, so every plan
 uses ``DEFAULT_GPU``'s table. Tags with ``k`` (split-K across CTAs) make a plan own a workspace, so
 the fit takes them only when they win by a clear margin.
@@ -160,10 +160,10 @@ def m_class(M: int) -> int:
 
 
 def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None = None) -> Tactic | None:
-    """The tactic of ``table`` (default: ``tuned_table(4)``) at the nearest swept shape with the same ``m_class`` (block 16 uses the
-    block-32 entries, 64 the block-128 ones, when it has none of its own), by distance in
-    ``log N + log K``; None when the table is empty for that class or the nearest shape is more than
-    2x away in N or in K (tiny routers etc. keep the rule)."""
+    """The tactic of ``table`` (default: ``tuned_table(4)``) at the nearest swept shape with the same
+    ``m_class`` (block 16 uses the block-32 entries, 64 the block-128 ones, when it has none of its
+    own), by distance in ``log N + log K``; None when the table is empty for that class or the nearest
+    shape is more than 2x away in N or in K (tiny routers etc. keep the rule)."""
     table = tuned_table(4) if table is None else table
     mc = m_class(M)
     for bs in dict.fromkeys((block_size, {16: 32, 64: 128}.get(block_size, block_size))):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..family import KernelFamily
 from . import core
-from .mma import route_plan
+from .mma import build_route
 
 ROUTE = "gemv_w2"
 BITS = 2
@@ -49,18 +49,15 @@ supports = core.supports_from(unmet)
 def build_cuda_core(weights, problem, route: str = ROUTE) -> core.GemvPlan:
     """The CUDA-core plan (shared engine, ``core``) for ``problem``."""
     core.check(ROUTE, unmet(problem))
-    mt = core.smallest_tile(problem.M, M_TILES)
-    r, u, warps = SHAPES[mt]
-    return core.build_plan(weights, problem, route=route, mt=mt, r_max=r, u=u, warps=warps)
+    return core.build_shaped(weights, problem, route, core.smallest_tile(problem.M, M_TILES), SHAPES)
 
 
 def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``. ``kernel``: "auto" (the tensor-core GEMV ``mma``
     for fp16/bf16 A when it supports the problem, else the CUDA-core engine), "cuda_core" or "mma";
     ``tactic``: a ``tactics.Tactic`` for the tensor-core plan."""
-    core.check(ROUTE, unmet(problem))
-    core.check(ROUTE, core.weights_unmet(weights, problem))
-    return route_plan(weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel, tactic=tactic)
+    return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel,
+                       tactic)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build)

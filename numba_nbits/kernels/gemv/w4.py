@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..family import KernelFamily
 from . import core
-from .mma import route_plan
+from .mma import build_route
 
 ROUTE = "gemv_w4"
 BITS = 4
@@ -59,18 +59,15 @@ supports = core.supports_from(unmet)
 def build_cuda_core(weights, problem, route: str = ROUTE) -> core.GemvPlan:
     """The CUDA-core plan for ``problem`` (fixed M)."""
     core.check(ROUTE, unmet(problem))
-    mt = core.smallest_tile(problem.M, M_TILES)
-    r, u, warps = SHAPES[mt]
-    return core.build_plan(weights, problem, route=route, mt=mt, r_max=r, u=u, warps=warps)
+    return core.build_shaped(weights, problem, route, core.smallest_tile(problem.M, M_TILES), SHAPES)
 
 
 def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` over ``weights``. ``kernel``: "auto" (tensor cores, ``mma``, for fp16/bf16
     when ``mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"; ``tactic``: a
     ``tactics.Tactic`` for the tensor-core plan."""
-    core.check(ROUTE, unmet(problem))
-    core.check(ROUTE, core.weights_unmet(weights, problem))
-    return route_plan(weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel, tactic=tactic)
+    return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel,
+                       tactic)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build)

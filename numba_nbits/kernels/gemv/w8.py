@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..family import KernelFamily
 from . import core
-from .mma import route_plan
+from .mma import build_route
 
 ROUTE = "gemv_w8"
 BITS = 8
@@ -66,19 +66,16 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
     """Plan for ``problem`` (fixed M) over ``weights``. ``kernel``: "auto" (the tensor-core GEMV ``mma``
     for fp16/bf16 A when it supports the problem, else the CUDA-core engine), "cuda_core" or "mma";
     ``tactic``: a ``tactics.Tactic`` for the tensor-core plan."""
-    core.check(ROUTE, unmet(problem))
-    core.check(ROUTE, core.weights_unmet(weights, problem))
     pf = l2_prefetch(problem, config)
-    return route_plan(weights, problem, route, lambda: build_cuda_core(weights, problem, pf, route), kernel,
-                      tactic=tactic, l2pf=pf)
+    return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, pf, route),
+                       kernel, tactic, l2pf=pf)
 
 
 def build_cuda_core(weights, problem, l2pf: bool = False, route: str = ROUTE) -> core.GemvPlan:
     """The CUDA-core plan (shared engine, ``core``) for ``problem``."""
     core.check(ROUTE, unmet(problem))
     mt = min(problem.M, M_MAX)  # M > 5 (fallback of the tensor-core plan): blockIdx.y walks M tiles of 5
-    r, u, warps = SHAPES[mt]
-    return core.build_plan(weights, problem, route=route, mt=mt, r_max=r, u=u, warps=warps, l2pf=l2pf)
+    return core.build_shaped(weights, problem, route, mt, SHAPES, l2pf)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build)
