@@ -16,9 +16,8 @@ Decoding without I2F, zero point for free
 A code field ``q`` of ``b`` bits at bit offset ``o`` of a 32-bit word ``w`` is turned into a float
 by one LOP3 and one FADD: ``u32_as_f32(0x4B000000 | (w & (MASK << o))) = 2^23 + q * 2^o`` exactly
 as long as ``o + b <= 23`` (the field stays in the mantissa). Fields higher up are first brought
-down by one shift of the word by ``HIGH_FIELD_SHIFT[bits]`` bits (12 for 2/4-bit, 16 for 8-bit; one SHF
-per word).
-Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
+down by one shift of the word by ``HIGH_FIELD_SHIFT[bits]`` bits (12 for 2/4-bit, 16 for 8-bit; one
+SHF per word). Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
 exactly, so the zero point (default ``2^(bits-1)`` or the packed one) costs nothing per code. The
 ``2^o`` factor is cancelled by pre-scaling the activation: ``a'[k] = a[k] * 2^-o(k)``, where
 ``o(k)`` depends only on ``k mod codes_per_word``, so it is applied once when A is staged (a power
@@ -29,7 +28,7 @@ Packed layout read
 ------------------
 B is ``uint8[N, k_blocks, block_size*bits/8]``, each row ``K_padded*bits/8`` contiguous bytes,
 codes low bits first (spec §2.1). The kernel reads B through its flat uint32 view in *chunks* of
-``CHB`` bytes: 16 (``ld.global.nc.v4.u32``: 32 4-bit / 16 8-bit / 64 2-bit codes) when the row
+``Spec.chunk_bytes`` bytes: 16 (``ld.global.nc.v4.u32``: 32 4-bit / 16 8-bit / 64 2-bit codes) when the row
 length is a multiple of 16 bytes (``cuMemAlloc`` bases are 256-byte aligned, so every chunk is
 16-byte aligned), else 8 or 4 bytes (plain 32-bit loads; e.g. 4-bit block 16 with odd k_blocks,
 2-bit rows that are not multiples of 16 bytes). Scales are ``[N, k_blocks]`` in the activation
@@ -46,7 +45,7 @@ Thread -> data mapping
   decodes and accumulates. Consecutive lanes read consecutive 16-byte pieces of a row: each warp
   load instruction is 512 contiguous bytes.
 * A (the ``MT x K`` slice) is staged once per K tile into dynamic shared memory as pre-scaled fp32,
-  laid out ``[mt][chunk][CH + 1]``: the one-float pad per chunk makes the 32 lanes (which read
+  laid out ``[mt][chunk][Spec.ch + 1]``: the one-float pad per chunk makes the 32 lanes (which read
   element t of 32 consecutive chunks) hit 32 different banks, while the offsets t stay
   compile-time immediates. When A of the whole K fits (``core.SMEM_BUDGET``), it is staged once per
   block and the block loops over row groups (a persistent grid sized by occupancy on a GPU);
@@ -59,9 +58,8 @@ Thread -> data mapping
 Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
 kind, chunk bytes, M tile, rows per warp, unroll, warps, A source, bias) and compiled once through
 ``launch.Kernel`` (``kernel_for``; planning and launch: ``core``); the generator fully unrolls the
-per-chunk work into straight-line code, so every
-loaded word, constant and accumulator is a scalar register (no local-memory arrays) and the loads
-of one iteration are all issued before the first use. The same source runs on the simulator.
+per-chunk work into straight-line code, so every loaded word, constant and accumulator is a scalar
+register (no local-memory arrays) and the loads of one iteration are all issued before the first use. The same source runs on the simulator.
 """
 from __future__ import annotations
 

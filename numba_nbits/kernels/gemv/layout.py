@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...arrays import DevArray, to_device
-from ...formats import FORMATS, QuantFormat
+from ...formats import FORMATS, QuantFormat, unpack_codes, unpack_zero_points
 
 TILE_N = 16
 ROW_PAD = 32  # rows padded to a multiple of the largest TPW * 16
@@ -224,6 +224,8 @@ def _per_block_layout(vals: np.ndarray, N: int, kb_pad: int, ks: int, block_size
 
 @dataclass
 class Packed:
+    """One ``Weights``' packed tensor-core layout on the device (module docstring), with its padded sizes."""
+
     bq: DevArray
     scales: DevArray
     zp: DevArray | None
@@ -235,8 +237,6 @@ class Packed:
 def prepack(weights) -> Packed:
     """The layout of the module docstring, built once per ``Weights`` (``weights.derived``)."""
     def build():
-        from ...formats import unpack_codes, unpack_zero_points
-
         N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
         ks, kg, n_super, K_pad = geometry(K, bs, bits)
         codes = unpack_codes(np.asarray(weights.host["B"]).reshape(N, weights.k_blocks, -1), None, bits, bs)
