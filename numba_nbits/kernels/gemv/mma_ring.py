@@ -15,8 +15,8 @@ no tail. At block 32 a lane's two scale words are one 8-byte ``ldg_v2``. The wav
 """
 from __future__ import annotations
 
-from .mma_source import (_CONST, L2PF_AHEAD, _emit_block_mma, _emit_head, _emit_l2_prefetch, _emit_load_act,
-                         _emit_position, _emit_setup, _emit_weight_loads, _scale_bits_expr, _sizes)
+from .mma_source import (_CONST, L2PF_AHEAD, emit_block_mma, emit_head, emit_l2_prefetch, emit_load_act,
+                         emit_position, emit_setup, emit_weight_loads, scale_bits_expr, sizes)
 
 
 def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
@@ -36,10 +36,10 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
     no wave-quantised tail with a persistent grid)."""
     TPW, warps, depth = tac.tpw, tac.warps, tac.ring
     super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = \
-        _sizes(block_size, bits)
+        sizes(block_size, bits)
     c = _CONST[act]
     red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
-    L, e = _emit_head()
+    L, e = emit_head()
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     e(1, f"ngroups = (N + {16 * TPW - 1}) // {16 * TPW}")
     e(1, "G0 = np.int64(cuda.blockIdx.x)")
@@ -47,7 +47,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
     e(1, f"per = (n_super + {warps - 1}) // {warps}")
     e(1, "my_groups = (ngroups - G0 + GS - 1) // GS")
     e(1, f"red = cuda.shared.array({2 * warps * red_entries}, np.float32)")
-    _emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
 
     def locate(ind, cur):
         """Item of cursor ``cur`` (``l``: next to load, ``c``: next to compute): group ``{cur}gi`` of this
@@ -67,9 +67,9 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         p = f"q{slot}"
         locate(ind, "l")
         e(ind, "if gi < my_groups and scl < n_super:")
-        zeros = _emit_weight_loads(e, ind + 1, p, "", TPW, vectors, super_blocks, zp_kind, True, True)
+        zeros = emit_weight_loads(e, ind + 1, p, "", TPW, vectors, super_blocks, zp_kind, True, True)
         if l2pf:
-            _emit_l2_prefetch(e, ind + 1, TPW, vectors, f"scl + {L2PF_AHEAD * warps}")
+            emit_l2_prefetch(e, ind + 1, TPW, vectors, f"scl + {L2PF_AHEAD * warps}")
         e(ind, "else:")
         for suf, z in zeros:
             e(ind + 1, f"{p}{suf} = {z}")
@@ -82,12 +82,12 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         ind += 1
         e(ind, "if scl < n_super:")
         ind2 = ind + 1
-        _emit_load_act(e, ind2, "b", f"scl * {super_k}", m_tiles, super_groups, group_k, group_steps)
+        emit_load_act(e, ind2, "b", f"scl * {super_k}", m_tiles, super_groups, group_k, group_steps)
         for i in range(TPW):
             for bb in range(super_blocks):
-                _emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c,
-                                s_lo=_scale_bits_expr(act, f"{p}sc_{i}_{bb >> 1}", bb & 1),
-                                s_hi=_scale_bits_expr(act, f"{p}sc_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1),
+                emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c,
+                                s_lo=scale_bits_expr(act, f"{p}sc_{i}_{bb >> 1}", bb & 1),
+                                s_hi=scale_bits_expr(act, f"{p}sc_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1),
                                 zp=(f"{p}zp_{i}_0_{bb}", f"{p}zp_{i}_1_{bb}") if zp_kind == "packed" else None,
                                 word=lambda j, i=i: f"{p}_{i}_{j}", bits=bits)
         # end of this warp's items of the group: partials -> shared buffer (group parity), barrier, store
@@ -104,7 +104,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         e(ind2 + 1, "tot = np.float32(0)")
         e(ind2 + 1, f"for ww in range({warps}):")
         e(ind2 + 2, f"tot += red[rb + ww * {red_entries} + ent]")
-        _emit_position(e, ind2 + 1, m_tiles)
+        emit_position(e, ind2 + 1, m_tiles)
         e(ind2 + 1, "if m < M and n < N:")
         e(ind2 + 2, "st(out, np.int64(m) * N + n, tot)")
         advance(ind - 1, "c")

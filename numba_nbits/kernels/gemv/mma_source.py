@@ -45,7 +45,7 @@ _CONST = {
 }
 
 
-def _emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
+def emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
     """The negated zero-point pairs ``nz_lo``/``nz_hi`` (rows g, g + 8; 8-bit: the low plane) and, for
     two-plane (8-bit) codes, ``nh_lo``/``nh_hi`` (the high plane: -16 * (base + zp >> 4)); ``zp``: the
     two zero-point expressions (uint32) of rows g and g + 8, or None for the format's default zero point."""
@@ -68,7 +68,7 @@ def _emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
             e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zp[h]}) * np.uint32(0x10001)")
 
 
-def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
+def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
                     s_lo: str, s_hi: str,
                     zp, word, bits: int = 4) -> None:
     """Emit one quantisation block ``bb`` of tile ``i`` (both generators): its scales (``s_lo`` / ``s_hi``:
@@ -80,7 +80,7 @@ def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: 
     e(ind, f"s_lo = {s_lo}")
     e(ind, f"s_hi = {s_hi}")
     if zp is not None:
-        _emit_zero_points(e, ind, bits, c, zp)
+        emit_zero_points(e, ind, bits, c, zp)
     mask = f"0x{MMA_LAYOUTS[bits].decode_mask:08X}"
     for mt in range(m_tiles):
         for r in range(4):
@@ -105,7 +105,7 @@ def _emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: 
         e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
 
 
-def _sizes(block_size: int, bits: int):
+def sizes(block_size: int, bits: int):
     """Compile-time sizes of a specialisation: k per super-chunk, its 16-byte weight vectors per lane and
     tile, k per k-group, 16-k steps per k-group, quantisation blocks per super-chunk, steps per block,
     k-groups per super-chunk."""
@@ -115,7 +115,7 @@ def _sizes(block_size: int, bits: int):
             super_k // group_k)
 
 
-def _emit_head():
+def emit_head():
     """Start a kernel's source: ``(lines, e)`` with ``e(indent, text)`` appending a line, after the kernel's
     signature and the lane's coordinates (MMA fragment row group ``g`` and column pair ``t``)."""
     L = []
@@ -131,11 +131,11 @@ def _emit_head():
     return L, e
 
 
-def _emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> None:
+def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> None:
     """Default zero-point constants, zeroed accumulators, and the activation row offsets (in elements) of
     the lane's rows g and g + 8 of each m-tile."""
     if zp_kind == "none":
-        _emit_zero_points(e, 1, bits, c, None)
+        emit_zero_points(e, 1, bits, c, None)
     for i in range(TPW):
         for mt in range(m_tiles):
             for r in range(4):
@@ -146,7 +146,7 @@ def _emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> 
         e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
 
 
-def _emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps) -> None:
+def emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps) -> None:
     """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
     for mt in range(m_tiles):
         for G in range(super_groups):
@@ -168,7 +168,7 @@ def _emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
                     for x in range(4):
                         e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
 
-def _emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool, ring: bool) -> list:
+def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool, ring: bool) -> list:
     """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
     ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
     returns the ``(suffix, zero)`` pairs that clear them. The ring kernel (``ring``) loads two scale words as
@@ -212,7 +212,7 @@ def _emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scal
     return zeros
 
 
-def _emit_position(e, ind, m_tiles) -> None:
+def emit_position(e, ind, m_tiles) -> None:
     """Output (row ``n``, column ``m``) of reduction entry ``ent``: warp slot ``(i, mt, r)``, lane ``ln``."""
     e(ind, "slot = ent >> 5")
     e(ind, "ln = ent & 31")
@@ -232,10 +232,10 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     prefetch, ksplit, stages = tac.pf, tac.ksplit, tac.stages
     split_warps = warps * ksplit  # warps that share one tile group's K loop (split-K stride)
     super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = \
-        _sizes(block_size, bits)
+        sizes(block_size, bits)
     c = _CONST[act]
     red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
-    L, e = _emit_head()
+    L, e = emit_head()
     if ksplit == 1:
         e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
         e(1, "gw = np.int64(warp)")
@@ -245,10 +245,10 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(1, "tile0 = grp * TPW")
         e(1, f"gw = split * {warps} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
-    _emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
 
     def load_act(ind, dst, k0):
-        _emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
+        emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
 
     n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
     stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
@@ -259,10 +259,10 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         for u in range(unroll):
             e(indent, f"scl = {base_expr} + {u * split_warps}")
             e(indent, "if scl < n_super:")
-            zeros = _emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1,
+            zeros = emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1,
                                        False)
             if l2pf:
-                _emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
+                emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
             if prefetch >= 2:
                 load_act(indent + 1, f"{p}ac_{u}", f"scl * {super_k}")
                 zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(m_tiles) for G in range(super_groups)
@@ -278,7 +278,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     def scale_expr(u, i, jh):
         """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
-        return _scale_bits_expr(act, f"wsc_{u}_{i}_{jh >> 1}", jh & 1)
+        return scale_bits_expr(act, f"wsc_{u}_{i}_{jh >> 1}", jh & 1)
 
     e(1, "base = gw")
     for r in range(stages - 1):
@@ -308,7 +308,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
                 else:
                     sl, sh = scale_expr(u, i, bb), scale_expr(u, i, super_blocks + bb)
                     zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
-                _emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
+                emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
                                 zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}",
                                 bits=bits)
     for r in range(stages - 1):
@@ -331,7 +331,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(ind, "tot = np.float32(0)")
         e(ind, f"for ww in range({warps}):")
         e(ind + 1, f"tot += red[ww * {red_entries} + ent]")
-        _emit_position(e, ind, m_tiles)
+        emit_position(e, ind, m_tiles)
         e(ind, "if m < M and n < N:")
         if ksplit == 1:
             e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
@@ -353,7 +353,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(2, "cuda.threadfence()")
 
         def final(ind):
-            _emit_position(e, ind, m_tiles)
+            emit_position(e, ind, m_tiles)
             e(ind, "if m < M and n < N:")
             e(ind + 1, "tot = np.float32(0)")
             for sp in range(ksplit):
@@ -371,7 +371,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 L2PF_AHEAD = 2
 
 
-def _emit_l2_prefetch(e, ind: int, TPW: int, vectors: int, ahead: str) -> None:
+def emit_l2_prefetch(e, ind: int, TPW: int, vectors: int, ahead: str) -> None:
     """``prefetch_l2`` of the lane's 16-byte weight vectors of super-chunk ``ahead`` (guarded: in range)."""
     e(ind, f"pfs = {ahead}")
     e(ind, "if pfs < n_super:")
@@ -380,7 +380,7 @@ def _emit_l2_prefetch(e, ind: int, TPW: int, vectors: int, ahead: str) -> None:
             e(ind + 1, f"prefetch_l2(bq, (((tile0 + {i}) * n_super + pfs) * {vectors} + {j}) * 32 + lane)")
 
 
-def _scale_bits_expr(act: str, wd: str, hi: int) -> str:
+def scale_bits_expr(act: str, wd: str, hi: int) -> str:
     """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``).
 
     fp16 bits -> fp32: exponent and mantissa moved into place (an fp32 2^-112 times the value, exact also

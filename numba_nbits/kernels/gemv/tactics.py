@@ -77,7 +77,8 @@ class Tactic:
       register than a larger ``unroll``.
     * ``minb``: when > 0, ``launch_bounds=(32 * warps, minb)``: ptxas caps the registers so that
       ``minb`` blocks fit on an SM (65536 registers), trading registers (possibly spills) for
-      occupancy and fewer waves (register counts per tactic: ``benchmarks/results/2026-11-30-gemv-m1-ptxas``).
+      occupancy and fewer waves (register counts per tactic:
+      ``benchmarks/results/2026-11-30-gemv-m1-ptxas``).
     * ``ring``: when >= 2, the ring kernel (``mma_ring``): ``ring - 1`` work items in flight per warp
       across tile-group boundaries; needs ``unroll=1``, ``pf=1``, no split-K, 2 stages.
     * ``grid``: with ``ring``, a persistent launch of ``min(groups, grid * SM count)`` CTAs striding
