@@ -41,6 +41,7 @@ from .bound import Bound, CallRecord, reader_for
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
 from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
+from .kernels import FAMILY_MODULES
 from .launch import CaptureError, is_capturing, simulated
 from .weights import build_weights
 
@@ -210,7 +211,7 @@ class MatMulNBits:
         problem = self.problem(M)
         decision = select(problem, self.config)
         route = decision.route
-        module = importlib.import_module(f".kernels.{route.family}", __package__)
+        module = importlib.import_module(FAMILY_MODULES[route.family], f"{__package__}.kernels")
         if route.family == "dequant":
             plan = module.build(self.weights, problem, self.config, route=route.name)
         elif route.family == "fpa_intb":

@@ -70,10 +70,11 @@ def main(argv=None) -> int:
     from numba_nbits.config import load_config
     from numba_nbits.dispatch.problem import Problem
     from numba_nbits.dispatch.routes import ROUTES
+    from numba_nbits.kernels import FAMILY_MODULES
     from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 
     dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
-    available = [r for r in ROUTES if importlib.util.find_spec(f"numba_nbits.kernels.{r.family}") is not None]
+    available = [r for r in ROUTES if importlib.util.find_spec(FAMILY_MODULES[r.family], "numba_nbits.kernels") is not None]
     rng = np.random.default_rng(args.seed)
     if args.small:
         base_nk, m_values = [(16, 64), (8, 48)], (1, 3)

@@ -44,13 +44,14 @@ from hypothesis import strategies as st
 
 import numba_nbits as nb
 from numba_nbits.dispatch.routes import ROUTES
+from numba_nbits.kernels import FAMILY_MODULES
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
 def _route_available(route) -> bool:
-    return importlib.util.find_spec(f"numba_nbits.kernels.{route.family}") is not None
+    return importlib.util.find_spec(FAMILY_MODULES[route.family], "numba_nbits.kernels") is not None
 
 
 AVAILABLE = {r.name: r for r in ROUTES if _route_available(r)}

@@ -30,8 +30,8 @@ CONFIG = load_config({})
 def _family(bits: int, router: bool = False):
     import importlib
 
-    name = "router" if router else {4: "gemv_w4", 8: "gemv_w8", 2: "gemv_w2"}[bits]
-    return importlib.import_module(f"numba_nbits.kernels.{name}")
+    name = "router" if router else {4: "w4", 8: "w8", 2: "w2"}[bits]
+    return importlib.import_module(f"numba_nbits.kernels.gemv.{name}")
 
 
 def _build(bits, router, w, p):
@@ -263,11 +263,41 @@ def test_plans_serve_every_admitted_route_problem():
         assert route_named(name).first_failure(p, CONFIG) is None, name
 
 
+def test_family_records_say_what_they_serve():
+    """Each GEMV route's ``FAMILY`` (``kernels.family``) supports the problems its route admits, not those its
+    kernels cannot serve; ``build`` rejects the latter with the first unmet need."""
+    import importlib
+
+    from numba_nbits.dispatch.routes import route_named
+    from numba_nbits.kernels import FAMILY_MODULES
+
+    def family(name):  # (``kernels.family(name)`` is shadowed by the submodule ``kernels.family`` once imported)
+        return importlib.import_module(FAMILY_MODULES[name], "numba_nbits.kernels").FAMILY
+
+    admitted = [("gemv_w4", Problem(M=16, N=8, K=40, bits=4, block_size=16, dtype="float32", zero_points="packed")),
+                ("gemv_w8", Problem(M=5, N=8, K=256, bits=8, block_size=256, dtype="bfloat16")),
+                ("gemv_w2", Problem(M=8, N=8, K=16 * 3, bits=2, block_size=16, dtype="float16")),
+                ("router_gemv", Problem(M=1, N=32, K=2880, bits=4, block_size=64, dtype="float16", has_bias=True))]
+    for name, p in admitted:
+        fam = family(route_named(name).family)
+        assert fam.supports(p), name
+    rejected = [("gemv_w4", Problem(M=17, N=8, K=64, bits=4, block_size=32, dtype="float32"), "M=17 outside"),
+                ("gemv_w8", Problem(M=6, N=8, K=64, bits=8, block_size=32, dtype="float32"), "M=6 outside"),
+                ("gemv_w2", Problem(M=9, N=8, K=64, bits=2, block_size=32, dtype="float16"), "M=9 outside"),
+                ("router_gemv", Problem(M=2, N=8, K=64, bits=4, block_size=32, dtype="float16"), "M=2, needs 1")]
+    for name, p, what in rejected:
+        fam = family(route_named(name).family)
+        assert not fam.supports(p), name
+        w, _ = make(np.random.default_rng(0), bits=p.bits, N=p.N, K=p.K, bs=p.block_size, dtype=p.dtype, zp="none")
+        with pytest.raises(ValueError, match=f"{name}: unsupported problem \\({what}"):
+            fam.build(w, p, CONFIG, name)
+
+
 @pytest.mark.parametrize("M,bits,bs,tile_cap,grid_cap", [(1, 4, 32, 1, 1), (3, 4, 16, 2, 2), (2, 8, 32, 3, 1),
                                                          (1, 2, 16, 1, 1)])
 def test_persistent_rows_and_k_tiles(rng, M, bits, bs, tile_cap, grid_cap):
     """The GPU-only schedules on small shapes: blocks looping over row groups, K in several tiles."""
-    from numba_nbits.kernels import gemv_common as gc
+    from numba_nbits.kernels.gemv import core as gc
 
     dtype = "float16"
     N, K = 32, (72 if bits == 4 else 96)

@@ -1,4 +1,4 @@
-"""Tensor-core small-M GEMV (kernels/gemv_mma.py) against the float64 oracle.
+"""Tensor-core small-M GEMV (kernels/gemv/mma.py) against the float64 oracle.
 
 Tiny shapes on the simulator, larger ones on a GPU (same tests, ``SHAPES`` picks)."""
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 from numba_nbits.arrays import np_dtype, to_device, to_host
 from numba_nbits.dispatch.problem import Problem
 from numba_nbits.formats import quantize, unpack_codes
-from numba_nbits.kernels import gemv_mma as G
+from numba_nbits.kernels.gemv import layout as L
+from numba_nbits.kernels.gemv import mma as G
+from numba_nbits.kernels.gemv import tactics as GT
 from numba_nbits.launch import simulated
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 from numba_nbits.weights import build_weights
@@ -57,18 +59,18 @@ def _check(y, ref, dtype):
 
 if SIM:
     CASES = [  # (M, N, K, block, dtype, zp, tactic)
-        (1, 16, 64, 32, "float16", "none", G.Tactic(1, 1, 1)),
-        (8, 24, 40, 32, "float16", "packed", G.Tactic(1, 1, 1)),  # N % 16 != 0, K < block multiple
-        (15, 16, 64, 16, "bfloat16", "packed", G.Tactic(1, 1, 1)),
-        (16, 8, 128, 64, "float16", "packed", G.Tactic(1, 2, 1)),
-        (5, 40, 136, 128, "bfloat16", "none", G.Tactic(2, 1, 1)),  # K % 64 != 0, tpw 2 with a partial tile
-        (9, 16, 192, 16, "float16", "none", G.Tactic(1, 2, 2)),  # split-K + unroll, many blocks
-        (2, 16, 96, 32, "bfloat16", "packed", G.Tactic(1, 1, 2)),
-        (16, 16, 64, 64, "bfloat16", "none", G.Tactic(1, 1, 1)),
+        (1, 16, 64, 32, "float16", "none", GT.Tactic(1, 1, 1)),
+        (8, 24, 40, 32, "float16", "packed", GT.Tactic(1, 1, 1)),  # N % 16 != 0, K < block multiple
+        (15, 16, 64, 16, "bfloat16", "packed", GT.Tactic(1, 1, 1)),
+        (16, 8, 128, 64, "float16", "packed", GT.Tactic(1, 2, 1)),
+        (5, 40, 136, 128, "bfloat16", "none", GT.Tactic(2, 1, 1)),  # K % 64 != 0, tpw 2 with a partial tile
+        (9, 16, 192, 16, "float16", "none", GT.Tactic(1, 2, 2)),  # split-K + unroll, many blocks
+        (2, 16, 96, 32, "bfloat16", "packed", GT.Tactic(1, 1, 2)),
+        (16, 16, 64, 64, "bfloat16", "none", GT.Tactic(1, 1, 1)),
     ]
     # every block size x dtype x zero-point kind, M cycling through the boundary values
     _Ms = itertools.cycle((1, 8, 15, 16, 3))
-    CASES += [(next(_Ms), 24, 72, bs, dt, zp, G.Tactic(1, 1, 1))
+    CASES += [(next(_Ms), 24, 72, bs, dt, zp, GT.Tactic(1, 1, 1))
               for bs, dt, zp in itertools.product(G.BLOCK_SIZES, DTYPES, ("none", "packed"))]
 else:
     CASES = [(M, N, K, bs, dt, zp, None)
@@ -77,7 +79,7 @@ else:
     CASES += [(M, 4096, 4096, bs, "float16", "packed", None) for M in (1, 16) for bs in (32, 128)]
 
 
-T = G.Tactic
+T = GT.Tactic
 if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations (pf 2), split-K across CTAs
     VARIANTS = [
         (1, 16, 128, 32, "float16", "none", T(1, 1, 1, pf=1)),
@@ -136,7 +138,7 @@ def test_gemv_mma_low_bits(rng, bits, M, N, K, bs, dtype, zp, tag):
     """8-bit (two 4-bit planes, the high one decoded x16) and 2-bit (two 16-k steps per word) codes;
     ``packed`` cases draw every code and zero point at random (all 256 / 4 values)."""
     w, A, ref = _make(rng, N, K, bs, dtype, zp, M, bits)
-    _check(_run(w, A, M, G.Tactic.parse(tag)), ref, dtype)
+    _check(_run(w, A, M, GT.Tactic.parse(tag)), ref, dtype)
 
 
 @pytest.mark.parametrize("bits", (2, 8))
@@ -157,7 +159,7 @@ def test_gemv_mma_low_bits_one_hot_exact(rng, bits, dtype):
     A = np.zeros((len(ks), K), np_dtype(dtype))
     for m, k in enumerate(ks):
         A[m, k] = 1
-    y = _run(w, A, len(ks), G.Tactic(1, 1, 1)).astype(np.float64)
+    y = _run(w, A, len(ks), GT.Tactic(1, 1, 1)).astype(np.float64)
     for m, k in enumerate(ks):
         want = (codes[:, k].astype(np.float64) - zp[:, k // bs]) * sc[:, k // bs].astype(np.float64)
         np.testing.assert_array_equal(y[m], want)
@@ -206,7 +208,7 @@ def test_gemv_mma_matches_reference(rng, M, N, K, bs, dtype, zp, tactic):
 
 
 @pytest.mark.skipif(SIM, reason="tactic sweep: GPU only")
-@pytest.mark.parametrize("tactic", [G.Tactic(t, wps, u) for t in (1, 2) for wps in (1, 2, 4, 8) for u in (1, 2)])
+@pytest.mark.parametrize("tactic", [GT.Tactic(t, wps, u) for t in (1, 2) for wps in (1, 2, 4, 8) for u in (1, 2)])
 @pytest.mark.parametrize("M", [1, 16])
 def test_gemv_mma_tactics_gpu(rng, tactic, M):
     w, A, ref = _make(rng, 1064, 1096, 32, "float16", "packed", M)
@@ -220,7 +222,7 @@ def test_gemv_mma_all_m_one_weights(rng):
     for M in Ms:
         ref = matmul_nbits_ref(A16[:M], w.host["B"], w.host["scales"], w.host["zero_points"], K=w.K, N=w.N,
                                bits=4, block_size=64)
-        _check(_run(w, np.ascontiguousarray(A16[:M]), M, G.Tactic(1, 1, 1) if SIM else None), ref, "float16")
+        _check(_run(w, np.ascontiguousarray(A16[:M]), M, GT.Tactic(1, 1, 1) if SIM else None), ref, "float16")
 
 
 def test_supports_guards():
@@ -241,19 +243,19 @@ def test_supports_guards():
     assert G.supports(Problem(M=1, zero_points="packed", has_bias=True, **base))  # bias added by the route
 
 
-@pytest.mark.parametrize("bits", G.BITS)
+@pytest.mark.parametrize("bits", L.BITS)
 @pytest.mark.parametrize("bs", G.BLOCK_SIZES)
 @pytest.mark.parametrize("N,K", [(8, 40), (40, 200), (32, 256)])
 def test_pack_weights_round_trip(rng, bits, bs, N, K):
     kb = -(-K // bs)
     codes = rng.integers(0, 1 << bits, (N, kb * bs)).astype(np.uint8)
-    ks, kg, n_super, K_pad = G._geometry(K, bs, bits)
+    ks, kg, n_super, K_pad = L.geometry(K, bs, bits)
     assert ks % 64 == 0 and ks % bs == 0 and (bits != 2 or ks % 128 == 0)
-    words = G.pack_weights(codes, K_pad, bs, bits)
-    n_pad = -(-N // G.ROW_PAD) * G.ROW_PAD
+    words = L.pack_weights(codes, K_pad, bs, bits)
+    n_pad = -(-N // L.ROW_PAD) * L.ROW_PAD
     assert words.size * 32 == n_pad * K_pad * bits
-    assert words.size == (n_pad // 16) * n_super * G.n_vectors(bits, ks) * 32 * 4
-    back = G.unpack_weights(words, N, K_pad, bs, bits)
+    assert words.size == (n_pad // 16) * n_super * L.n_vectors(bits, ks) * 32 * 4
+    back = L.unpack_weights(words, N, K_pad, bs, bits)
     np.testing.assert_array_equal(back[:, :kb * bs], codes)
     assert not back[:, kb * bs:].any()
 
@@ -263,16 +265,16 @@ def test_pack_weights_fragment_positions(rng):
     word 2*(c % 2) + q // 2 of vector c // 2 holds step q at bit 4n + 2 * (q % 2) (``_step_planes``)."""
     bs = 64
     codes8 = rng.integers(0, 256, (32, 128)).astype(np.uint8)
-    w8 = G.pack_weights(codes8, 128, bs, 8).reshape(2, 2, 2, 32, 4)  # T, super, vector, lane, word
-    lo = G.pack_codes_for_mma(codes8 & 15, 128, bs).reshape(2, 2, 32, 4)
-    hi = G.pack_codes_for_mma(codes8 >> 4, 128, bs).reshape(2, 2, 32, 4)
+    w8 = L.pack_weights(codes8, 128, bs, 8).reshape(2, 2, 2, 32, 4)  # T, super, vector, lane, word
+    lo = L.pack_codes_for_mma(codes8 & 15, 128, bs).reshape(2, 2, 32, 4)
+    hi = L.pack_codes_for_mma(codes8 >> 4, 128, bs).reshape(2, 2, 32, 4)
     np.testing.assert_array_equal(w8[:, :, 0], lo)
     np.testing.assert_array_equal(w8[:, :, 1], hi)
     codes2 = rng.integers(0, 4, (32, 256)).astype(np.uint8)
-    w2 = G.pack_weights(codes2, 256, bs, 2).reshape(2, 2, 32, 4)  # T, vector (128 k), lane, word
-    w4 = G.pack_codes_for_mma(codes2, 256, bs).reshape(2, 4, 32, 4)  # T, chunk (64 k), lane, step
+    w2 = L.pack_weights(codes2, 256, bs, 2).reshape(2, 2, 32, 4)  # T, vector (128 k), lane, word
+    w4 = L.pack_codes_for_mma(codes2, 256, bs).reshape(2, 4, 32, 4)  # T, chunk (64 k), lane, step
     for s in range(8):
-        ((vec, wi, sh, plane),) = G._step_planes(2, s)
+        ((vec, wi, sh, plane),) = L.step_planes(2, s)
         c, q = divmod(s, 4)
         np.testing.assert_array_equal((w2[:, vec, :, wi] >> np.uint32(sh)) & np.uint32(0x33333333), w4[:, c, :, q])
 
@@ -282,11 +284,11 @@ def test_pack_weights_fragment_positions(rng):
 def test_prepack_round_trip(rng, bs, N, K):
     kb = -(-K // bs)
     codes = rng.integers(0, 16, (N, kb * bs)).astype(np.uint8)
-    ks, kg, n_super, K_pad = G._geometry(K, bs)
-    words = G.pack_codes_for_mma(codes, K_pad, bs)
-    n_pad = -(-N // G.ROW_PAD) * G.ROW_PAD
+    ks, kg, n_super, K_pad = L.geometry(K, bs)
+    words = L.pack_codes_for_mma(codes, K_pad, bs)
+    n_pad = -(-N // L.ROW_PAD) * L.ROW_PAD
     assert words.size * 8 == n_pad * K_pad  # 8 codes per word
-    back = G.unpack_codes_from_mma(words, N, K_pad, bs)
+    back = L.unpack_codes_from_mma(words, N, K_pad, bs)
     np.testing.assert_array_equal(back[:, :kb * bs], codes)
     assert not back[:, kb * bs:].any()
 
@@ -295,7 +297,7 @@ def test_prepack_fragment_positions(rng):
     """Word (tile 0, chunk 0, lane (g, t), step s) nibble r = fragment register r's low half."""
     bs = 64
     codes = rng.integers(0, 16, (32, 64)).astype(np.uint8)
-    words = G.pack_codes_for_mma(codes, 64, bs).reshape(2, 1, 32, 4)
+    words = L.pack_codes_for_mma(codes, 64, bs).reshape(2, 1, 32, 4)
     for lane in (0, 5, 31):
         g, t = lane >> 2, lane & 3
         for s in range(4):
@@ -309,18 +311,18 @@ def test_prepack_fragment_positions(rng):
 
 def test_prepack_built_once(rng):
     w, A, ref = _make(rng, 16, 64, 32, "float16", "none", 2)
-    p1 = G.prepack(w)
-    p2 = G.prepack(w)
+    p1 = L.prepack(w)
+    p2 = L.prepack(w)
     assert p1 is p2
     codes = unpack_codes(w.host["B"], w.K, 4, 32)
-    back = G.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
+    back = L.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
     np.testing.assert_array_equal(back[:, :w.K], codes)
 
 
 def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
-    """A ring tactic reaches plans only through ``TUNED`` (the fitted table): default plans pick it up."""
+    """A ring tactic reaches plans only through the tuned table (``tactics.tuned_table``): default plans pick it up."""
     N, K, bs = 48, 256, 32
-    monkeypatch.setattr(G, "TUNED", {(N, K, bs, 1): "t1w2u1p1r3g1"})
+    monkeypatch.setattr(GT, "tuned_table", lambda bits, gpu=GT.DEFAULT_GPU: {(N, K, bs, 1): "t1w2u1p1r3g1"})
     w, A, ref = _make(rng, N, K, bs, "float16", "none", 1)
     p = Problem(M=1, N=N, K=K, bits=4, block_size=bs, dtype="float16", zero_points="none")
     plan = G.build(w, p)

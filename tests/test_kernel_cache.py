@@ -27,9 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FP_SCRIPT = r"""
 import hashlib, sys
 from numba_nbits.launch import cache as kcache
-from numba_nbits.kernels import bias, dequant, gemv_mma, mixed_gemm
-ks = [gemv_mma.gemv_mma_kernel("float16", 1, gemv_mma.Tactic.parse("t2w8u1"), 128, "none"),
-      gemv_mma.gemv_mma_kernel("bfloat16", 2, gemv_mma.Tactic.parse("t2w8u1"), 32, "packed"),
+from numba_nbits.kernels import bias, dequant, mixed_gemm
+from numba_nbits.kernels.gemv import mma as gemv_mma
+from numba_nbits.kernels.gemv.tactics import Tactic
+ks = [gemv_mma.gemv_mma_kernel("float16", 1, Tactic.parse("t2w8u1"), 128, "none"),
+      gemv_mma.gemv_mma_kernel("bfloat16", 2, Tactic.parse("t2w8u1"), 32, "packed"),
       mixed_gemm.mixed_gemm_kernel("float16", next(iter(mixed_gemm.TACTICS.values())), 128, "typed", True, 80, 4),
       dequant.dequant_kernel(4, "float16", "packed", False), bias.bias_add_kernel("bfloat16")]
 for k in ks:

@@ -14,9 +14,11 @@ from numba_nbits.arrays import np_dtype, to_device, to_host
 from numba_nbits.config import Config, load_config
 from numba_nbits.dispatch.problem import Problem
 from numba_nbits.formats import quantize
-from numba_nbits.kernels import gemv_common as gc
-from numba_nbits.kernels import gemv_mma as G
-from numba_nbits.kernels import gemv_w8
+from numba_nbits.kernels.gemv import core as gc
+from numba_nbits.kernels.gemv import core_source as gcs
+from numba_nbits.kernels.gemv import mma as G
+from numba_nbits.kernels.gemv import tactics as gemv_tactics
+from numba_nbits.kernels.gemv import w8 as gemv_w8
 from numba_nbits.launch import simulated
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
 from numba_nbits.weights import build_weights
@@ -73,14 +75,14 @@ def test_l2_prefetch_gate():
 
 def test_l2_prefetch_source_only_with_the_knob():
     for tag in ("t1w8u1", "t2w4u1p1s3", "t1w8u1p1b4r3g4"):
-        tac = G.Tactic.parse(tag)
-        gen = G._gen_ring_source if tac.ring else G._gen_source
+        tac = gemv_tactics.Tactic.parse(tag)
+        gen = G.generate_source  # the ring generator for ring tactics
         assert "prefetch_l2" not in gen("float16", 1, tac, 32, "none", 8)
         assert "prefetch_l2" in gen("float16", 1, tac, 32, "none", 8, True)
-    spec = gc.Spec("float32", 8, 32, "none", 16, 1, 4, 2, 8)
-    assert "prefetch_l2" not in gc.generate_source(spec)
-    on = gc.Spec("float32", 8, 32, "none", 16, 1, 4, 2, 8, l2pf=True)
-    assert "prefetch_l2" in gc.generate_source(on) and on.name == spec.name + "_l2pf"
+    spec = gcs.Spec("float32", 8, 32, "none", 16, 1, 4, 2, 8)
+    assert "prefetch_l2" not in gcs.generate_source(spec)
+    on = gcs.Spec("float32", 8, 32, "none", 16, 1, 4, 2, 8, l2pf=True)
+    assert "prefetch_l2" in gcs.generate_source(on) and on.name == spec.name + "_l2pf"
 
 
 @pytest.mark.parametrize("dtype,tag", [("float16", "t1w1u1"), ("bfloat16", "t1w1u1p1r2")])
@@ -88,7 +90,7 @@ def test_l2_prefetch_tensor_core_plan(rng, dtype, tag):
     # 4 super-chunks per row, prefetch 2 stages ahead: the prefetches of super-chunks 0 and 1 are issued
     # (the twin checks their range) and those of 2 and 3 are guarded off
     w, A, ref = _make(rng, 16, 256, 32, dtype, 1, bits=8)
-    tac = G.Tactic.parse(tag)
+    tac = gemv_tactics.Tactic.parse(tag)
     off = gemv_w8.build(w, _problem(w, 1), Config(), tactic=tac)
     on = gemv_w8.build(w, _problem(w, 1), PF_ON, tactic=tac)
     assert not off.kernel.endswith("_l2pf") and on.kernel == off.kernel + "_l2pf"
@@ -114,7 +116,7 @@ import numba_nbits as nb  # noqa: E402
 from numba_nbits.dispatch import profiler as prof  # noqa: E402
 from numba_nbits.dispatch.profiler import Candidate, TacticProfiler  # noqa: E402
 from numba_nbits.dispatch.select import select  # noqa: E402
-from numba_nbits.kernels import fpa_intb, gemv_tactics  # noqa: E402
+from numba_nbits.kernels import fpa_intb  # noqa: E402
 
 from test_fpa_intb import ON, P, _fresh_tactics  # noqa: E402, F401 (the profiler-cache fixture is autouse here too)
 
@@ -194,7 +196,7 @@ def test_paired_k_candidates_off_on_force():
 
 
 def test_paired_k_tactic_splits_k_over_a_pair():
-    d = G.default_tactic(4096, 4096, 64, 8)
+    d = gemv_tactics.default_tactic(4096, 4096, 64, 8)
     t = gemv_tactics.paired_k_tactic(4096, 4096, 64, 8)
     assert t.ksplit == 2 and d.ksplit == 1 and (t.tpw, t.warps, t.unroll) == (d.tpw, d.warps, d.unroll)
 
@@ -251,10 +253,10 @@ def test_wave_aware_plan_matches_oracle(rng, N, K, bs, M, bits, dtype):
     plan = fpa_intb.build_candidate(w, p, ON, Candidate("gemv", f"{route}+wave"), 80)
     tac, mma = plan.tactic, plan.mma
     R = gemv_tactics.WAVE_CTAS_PER_SM[1]
-    wave = R * G._sm_count(SIMULATED)
+    wave = R * G.sm_count(SIMULATED)
     groups = -(-N // (16 * tac.tpw))
     assert mma.grid == (min(groups, wave) if tac.ring else groups * tac.ksplit) and mma.grid <= wave
-    assert tac != G.default_tactic(N, K, bs, M, bits)
+    assert tac != gemv_tactics.default_tactic(N, K, bs, M, bits)
     _ok(_run(plan, A, N), ref, dtype)
 
 
@@ -312,7 +314,7 @@ def test_gpu_l2_prefetch(rng, N, K, bs, dtype):
     _ok(_run(plan, A, N), ref, dtype)
     for tag in ("t1w8u1p1b4r3g4", "t2w8u1p1s3"):  # ring and 3-stage kernels with the prefetch
         if dtype != "float32":
-            _ok(_run(gemv_w8.build(w, p, PF_ON, tactic=G.Tactic.parse(tag)), A, N), ref, dtype)
+            _ok(_run(gemv_w8.build(w, p, PF_ON, tactic=gemv_tactics.Tactic.parse(tag)), A, N), ref, dtype)
 
 
 @requires_gpu
@@ -337,7 +339,7 @@ def test_gpu_wave_aware(rng, N, K, bs, M, bits, dtype):
     mma, tac = plan.mma, plan.tactic
     MT = 1 if M <= 8 else 2
     R = gemv_tactics.WAVE_CTAS_PER_SM[MT]
-    sms = G._sm_count(False)
+    sms = G.sm_count(False)
     assert mma.grid <= R * sms
     _ok(_run(plan, A, N), ref, dtype)
     # the launch bounds give at least R resident CTAs (what the grid assumes); report the real number

@@ -27,10 +27,11 @@ import numba_nbits as nb
 from numba_nbits.config import load_config
 from numba_nbits.dispatch.problem import Problem
 from numba_nbits.dispatch.routes import ROUTES
+from numba_nbits.kernels import FAMILY_MODULES
 from numba_nbits.reference import matmul_nbits_ref, relative_error
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-AVAILABLE = [r for r in ROUTES if importlib.util.find_spec(f"numba_nbits.kernels.{r.family}") is not None]
+AVAILABLE = [r for r in ROUTES if importlib.util.find_spec(FAMILY_MODULES[r.family], "numba_nbits.kernels") is not None]
 ROUTE_NAMES = [r.name for r in AVAILABLE]
 ACC_K = 4096 if SIMULATED else 65536
 

@@ -1,5 +1,5 @@
 """benchmarks/sweep_gemv_m1.py (the H200 small-M GEMV tactic sweep): its logic end to end on tiny cases
-(simulator: correctness rows, JSON/CSV/table output), the fit rule and ``gemv_mma.tuned_tactic``."""
+(simulator: correctness rows, JSON/CSV/table output), the fit rule and ``gemv.tactics.tuned_tactic``."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from numba_nbits.kernels import gemv_mma as G
+from numba_nbits.kernels.gemv import tactics as G
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,13 +115,13 @@ def test_tuned_tactic_nearest_and_fallback(monkeypatch):
     assert tt(28672, 8192, 32, 2) is None  # no M 2..8 entry
     assert tt(32, 2880, 32, 1) is None  # far from every swept shape: the rule decides
     assert tt(4096, 4096, 128, 1) is None
-    # default_tactic consults TUNED first, the rule otherwise (here with a stand-in table, then with none)
-    monkeypatch.setattr(G, "TUNED", {})
+    # default_tactic consults the tuned table first, the rule otherwise (here with a stand-in table, then with none)
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: {})
     rule = G.default_tactic(4096, 4096, 32, 1)
-    monkeypatch.setattr(G, "TUNED", table)
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: table)
     assert G.default_tactic(4096, 4096, 32, 1) == G.Tactic(1, 4, 1, 2, 4)
-    monkeypatch.setattr(G, "TUNED", {})
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: {})
     assert G.default_tactic(4096, 4096, 32, 1) == rule
     # the committed table (fitted to the H200 sweep) serves its own shapes
     monkeypatch.undo()
-    assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(G.TUNED[(28672, 8192, 128, 1)])
+    assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(G.tuned_table(4)[(28672, 8192, 128, 1)])

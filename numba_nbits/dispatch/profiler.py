@@ -22,7 +22,7 @@ Candidates (``candidates``)
   (its route serves M <= 16) although ``checkTactic`` keeps GEMV tactics to ``m < 16`` (ORT measured
   its mixed GEMM at 2.2x the GEMV's time there, 18944x3584 block 32), and the N-chunked dequantize +
   cuBLAS (``dequant_cublas_chunked``) where that is the default route;
-* the knob-gated GEMV tactics of ``kernels/gemv_tactics.py`` (candidate ``gemv:<route>+<variant>``):
+* the knob-gated GEMV tactics of ``kernels/gemv/tactics.py`` (candidate ``gemv:<route>+<variant>``):
   ``gemv_paired_k`` ``"on"`` adds ``+paired_k`` for each GEMV route that can run it at ``m`` in 5..8
   (fp16, 4-bit), and ``"force"`` makes it the only candidate of those buckets (chosen without timing:
   nothing to compare); ``gemv_wave_aware`` adds ``+wave`` next to each tensor-core GEMV route at ``m < 16``.
@@ -85,7 +85,7 @@ DEQUANT_ROUTES = ("dequant_cublas", "dequant_cublas_chunked")
 @dataclass(frozen=True)
 class Candidate:
     """One way to serve the route: ``kind`` "mixed_gemm" (``name`` a TACTICS key), "gemv" (``name``
-    a GEMV route, optionally ``+variant`` of ``kernels/gemv_tactics.py``) or "dequant_cublas" (``name``
+    a GEMV route, optionally ``+variant`` of ``kernels/gemv/tactics.py``) or "dequant_cublas" (``name``
     "dequant_cublas" or "dequant_cublas_chunked")."""
 
     kind: str
@@ -139,7 +139,7 @@ def baseline(problem: Problem, config) -> Candidate:
 def serves(cand: Candidate, problem: Problem, config) -> bool:
     """Whether ``cand`` (chosen for a bucket) can run ``problem`` (its own M): its route's guards, and
     its tactic variant's conditions."""
-    from ..kernels import gemv_tactics
+    from ..kernels.gemv import tactics as gemv_tactics
     from .routes import route_named
 
     if cand.kind == "mixed_gemm":
@@ -159,7 +159,8 @@ def gemv_flag(config, prepacked: bool) -> int:
 
 def candidates(problem: Problem, config, prepacked: bool) -> list[Candidate]:
     """The candidates for ``problem`` (its ``M`` is the bucket being profiled), in a fixed order."""
-    from ..kernels import gemv_tactics, mixed_gemm
+    from ..kernels import mixed_gemm
+    from ..kernels.gemv import tactics as gemv_tactics
     from .routes import route_named
 
     out = []

@@ -10,10 +10,10 @@ import importlib
 #: a route's family name -> the module (relative to this package) that exports its ``FAMILY``
 FAMILY_MODULES = {
     "fpa_intb": ".fpa_intb",
-    "router": ".router",
-    "gemv_w4": ".gemv_w4",
-    "gemv_w8": ".gemv_w8",
-    "gemv_w2": ".gemv_w2",
+    "router": ".gemv.router",
+    "gemv_w4": ".gemv.w4",
+    "gemv_w8": ".gemv.w8",
+    "gemv_w2": ".gemv.w2",
     "dequant": ".dequant",
 }
 

@@ -9,7 +9,8 @@ this M's bucket (profiling the bucket on first use, outside capture) and builds 
   ONNX-layout B, spec §7.5);
 * ``gemv:<route>`` / ``dequant_cublas`` / ``dequant_cublas_chunked`` — an existing route's plan, plus the
   bias-add launch attached (``Plan.add_bias``) when that route does not fuse bias, so to the caller
-  the route always serves bias itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a ``kernels/gemv_tactics.py``
+  the route always serves bias itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a
+  ``kernels/gemv/tactics.py``
   tactic (paired-K, wave-aware).
 
 Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
@@ -40,6 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..dispatch.profiler import Candidate, TacticProfiler
+from . import FAMILY_MODULES
 from .family import KernelFamily, Plan
 from .mixed_gemm.tactics import supports
 
@@ -93,8 +95,8 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     elif cand.kind == "gemv":
         route = route_named(cand.route)
         module = importlib.import_module(FAMILY_MODULES[route.family], __package__)
-        if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv_tactics.py)
-            from . import gemv_tactics
+        if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv/tactics.py)
+            from .gemv import tactics as gemv_tactics
 
             tac = gemv_tactics.tactic(cand.variant, weights, problem)
             plan = module.build(weights, problem, config, kernel="mma", tactic=tac)

@@ -34,7 +34,7 @@ to 512 bytes past it). tests/test_guarded_loads.py checks the PTX.
 """
 from __future__ import annotations
 
-from ..gemv_mma import _CONST
+from ..gemv.mma_source import _CONST
 from .layout import code_layout
 from .tactics import Tactic
 

@@ -1,4 +1,5 @@
-"""The fused CUDA-core GEMV engine shared by ``gemv_w4``, ``gemv_w8``, ``gemv_w2`` and ``router``.
+"""Source generator of the fused CUDA-core GEMV engine shared by the routes ``gemv_w4``, ``gemv_w8``,
+``gemv_w2`` and ``router_gemv`` (fp32 A, and the fallback of the tensor-core GEMV).
 
 Math
 ----
@@ -15,8 +16,8 @@ Decoding without I2F, zero point for free
 A code field ``q`` of ``b`` bits at bit offset ``o`` of a 32-bit word ``w`` is turned into a float
 by one LOP3 and one FADD: ``u32_as_f32(0x4B000000 | (w & (MASK << o))) = 2^23 + q * 2^o`` exactly
 as long as ``o + b <= 23`` (the field stays in the mantissa). Fields higher up are first brought
-down by one shift of the word by ``SH`` bits (12 for 2/4-bit, 16 for 8-bit; one SHF per word).
-Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
+down by one shift of the word by ``HIGH_FIELD_SHIFT[bits]`` bits (12 for 2/4-bit, 16 for 8-bit; one
+SHF per word). Subtracting the per-(row, block) constant ``cst = 2^23 + zp * 2^o`` gives ``(q - zp) * 2^o``
 exactly, so the zero point (default ``2^(bits-1)`` or the packed one) costs nothing per code. The
 ``2^o`` factor is cancelled by pre-scaling the activation: ``a'[k] = a[k] * 2^-o(k)``, where
 ``o(k)`` depends only on ``k mod codes_per_word``, so it is applied once when A is staged (a power
@@ -27,7 +28,7 @@ Packed layout read
 ------------------
 B is ``uint8[N, k_blocks, block_size*bits/8]``, each row ``K_padded*bits/8`` contiguous bytes,
 codes low bits first (spec §2.1). The kernel reads B through its flat uint32 view in *chunks* of
-``CHB`` bytes: 16 (``ld.global.nc.v4.u32``: 32 4-bit / 16 8-bit / 64 2-bit codes) when the row
+``Spec.chunk_bytes`` bytes: 16 (``ld.global.nc.v4.u32``: 32 4-bit / 16 8-bit / 64 2-bit codes) when the row
 length is a multiple of 16 bytes (``cuMemAlloc`` bases are 256-byte aligned, so every chunk is
 16-byte aligned), else 8 or 4 bytes (plain 32-bit loads; e.g. 4-bit block 16 with odd k_blocks,
 2-bit rows that are not multiples of 16 bytes). Scales are ``[N, k_blocks]`` in the activation
@@ -44,9 +45,9 @@ Thread -> data mapping
   decodes and accumulates. Consecutive lanes read consecutive 16-byte pieces of a row: each warp
   load instruction is 512 contiguous bytes.
 * A (the ``MT x K`` slice) is staged once per K tile into dynamic shared memory as pre-scaled fp32,
-  laid out ``[mt][chunk][CH + 1]``: the one-float pad per chunk makes the 32 lanes (which read
+  laid out ``[mt][chunk][Spec.ch + 1]``: the one-float pad per chunk makes the 32 lanes (which read
   element t of 32 consecutive chunks) hit 32 different banks, while the offsets t stay
-  compile-time immediates. When A of the whole K fits (``SMEM_BUDGET``), it is staged once per
+  compile-time immediates. When A of the whole K fits (``core.SMEM_BUDGET``), it is staged once per
   block and the block loops over row groups (a persistent grid sized by occupancy on a GPU);
   otherwise K is cut into balanced tiles with a ``syncthreads`` pair around each staging.
 * The router specialisation (``direct_a``) skips shared memory: a 32 x 2880 problem is latency
@@ -56,9 +57,9 @@ Thread -> data mapping
 
 Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
 kind, chunk bytes, M tile, rows per warp, unroll, warps, A source, bias) and compiled once through
-``launch.Kernel``; the generator fully unrolls the per-chunk work into straight-line code, so every
-loaded word, constant and accumulator is a scalar register (no local-memory arrays) and the loads
-of one iteration are all issued before the first use. The same source runs on the simulator.
+``launch.Kernel`` (``kernel_for``; planning and launch: ``core``); the generator fully unrolls the
+per-chunk work into straight-line code, so every loaded word, constant and accumulator is a scalar
+register (no local-memory arrays) and the loads of one iteration are all issued before the first use. The same source runs on the simulator.
 """
 from __future__ import annotations
 
@@ -69,16 +70,12 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from ..launch import Kernel
-from .dtypes import LOADS, STORES, array_type
-from .intrinsics import ldg_v4, prefetch_l2, u32_as_f32
+from ...formats import FORMATS
+from ...launch import Kernel
+from ..codegen import load_source
+from ..dtypes import LOADS, STORES, array_type
+from ..intrinsics import ldg_v4, prefetch_l2, u32_as_f32
 
-#: Shared memory (bytes) a block may use for staged A. 48 KiB needs no opt-in and leaves room for
-#: 4 such blocks per H200 SM (228 KiB); A of K = 11,264 (M tile 1) fits in one tile.
-SMEM_BUDGET = 48 * 1024
-#: Row groups (blocks) a launch should have before rows per warp are reduced: one per SM of a
-#: 132-SM H200, so small-N problems (4096 rows: R = 2) still spread over the whole GPU.
-MIN_BLOCKS = 132
 #: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
 MAGIC = 8388608.0
 #: ``Spec.l2pf`` kernels prefetch into L2 the B chunk a lane loads this many iterations later (untuned)
@@ -105,7 +102,7 @@ class Spec:
 
     @property
     def codes_per_word(self) -> int:
-        return 32 // self.bits
+        return FORMATS[self.bits].codes_per_word
 
     @property
     def ch(self) -> int:  # codes per chunk
@@ -130,9 +127,8 @@ class Spec:
                 f"{'_l2pf' if self.l2pf else ''}")
 
 
-def _shift_of(bits: int) -> int:
-    """Right shift applied to a word before decoding its high fields (keeps fields in the mantissa)."""
-    return 16 if bits == 8 else 12
+#: Right shift applied to a word before decoding its high fields (keeps them in the fp32 mantissa), by bits
+HIGH_FIELD_SHIFT = {2: 12, 4: 12, 8: 16}
 
 
 def field_offset(bits: int, j: int) -> tuple[bool, int]:
@@ -140,31 +136,24 @@ def field_offset(bits: int, j: int) -> tuple[bool, int]:
     o = j * bits
     if o + bits <= 23:
         return False, o
-    return True, o - _shift_of(bits)
+    return True, o - HIGH_FIELD_SHIFT[bits]
 
 
 def prescale_exponents(bits: int) -> tuple[int, ...]:
     """Bit offset o(j) per code position j of a word; staged A is multiplied by 2^-o(j)."""
-    return tuple(field_offset(bits, j)[1] for j in range(32 // bits))
-
-
-def _f(x: float) -> str:
-    return f"np.float32({float(x)!r})"
+    return tuple(field_offset(bits, j)[1] for j in range(FORMATS[bits].codes_per_word))
 
 
 def generate_source(s: Spec) -> str:
     """Python source of the kernel for specialisation ``s`` (see the module docstring)."""
-    bits, ch, W, mt, R, U = s.bits, s.ch, s.words, s.mt, s.r, s.u
-    cpw = s.codes_per_word
-    mask = (1 << bits) - 1
-    sub = min(ch, s.block_size)  # codes of one chunk under one scale
-    nsub = ch // sub
+    bits, chunk_codes, words, mt, rows, unroll = s.bits, s.ch, s.words, s.mt, s.r, s.u
+    codes_per_word = s.codes_per_word
+    slice_codes = min(chunk_codes, s.block_size)  # codes of one chunk under one scale
+    n_slices = chunk_codes // slice_codes
     log_bs = int(math.log2(s.block_size))
-    zpb = 8 // bits  # zero points per packed byte
-    default_zp = 1 << (bits - 1)
-    offs = [field_offset(bits, j) for j in range(cpw)]
+    zp_per_byte = FORMATS[bits].codes_per_byte  # zero points per packed byte
+    offs = [field_offset(bits, j) for j in range(codes_per_word)]
     exps = sorted({o for _, o in offs})
-    sh = _shift_of(bits)
     L: list[str] = []
 
     def emit(level, text):
@@ -184,23 +173,24 @@ def generate_source(s: Spec) -> str:
         emit(1, "staged = False")
     emit(1, "rg = np.int64(cuda.blockIdx.x)")
     emit(1, "while rg < n_groups:")
-    emit(2, f"n0 = (rg * {s.warps} + warp) * {R}")
+    emit(2, f"n0 = (rg * {s.warps} + warp) * {rows}")
     emit(2, "active = n0 < N")
-    for r in range(R):
+    for r in range(rows):
         emit(2, f"row{r} = n0 + {r}")
     for m in range(mt):
-        for r in range(R):
+        for r in range(rows):
             emit(2, f"acc{m}_{r} = np.float32(0.0)")
     emit(2, "c0 = np.int64(0)")
     emit(2, "while c0 < row_chunks:")
     emit(3, "nch = min(tile_chunks, row_chunks - c0)")
     if not s.direct_a:
-        # ---- stage A[m0:m0+mt, c0*ch : (c0+nch)*ch] as pre-scaled fp32, [mt][chunk][ch+1]
+        # ---- stage A[m0:m0+mt, c0*chunk_codes : (c0+nch)*chunk_codes] as pre-scaled fp32, [mt][chunk][chunk_codes+1]
         emit(3, "if not (single and staged):")
         emit(4, "cuda.syncthreads()")
-        emit(4, f"tile_k = nch * {ch}")
-        emit(4, f"kbase = c0 * {ch}")
-        assert ch & (ch - 1) == 0 and cpw & (cpw - 1) == 0, s  # shift / mask below
+        emit(4, f"tile_k = nch * {chunk_codes}")
+        emit(4, f"kbase = c0 * {chunk_codes}")
+        # shift / mask below
+        assert chunk_codes & (chunk_codes - 1) == 0 and codes_per_word & (codes_per_word - 1) == 0, s
         # rows of A one after another, k = tid, tid + threads, ... within a row: no division by the
         # (run-time) tile length per element; chunk and code position by shift and mask
         emit(4, "mm = np.int64(0)")
@@ -212,9 +202,9 @@ def generate_source(s: Spec) -> str:
         emit(6, "if m0 + mm < M and kg < K:")
         emit(7, "v = ld(a, (m0 + mm, kg))")
         # 2^-o(j) with o(j) from the table, j = kk % codes_per_word; built from the exponent bits
-        emit(6, f"o = PRESCALE_EXP[kk & {cpw - 1}]")
+        emit(6, f"o = PRESCALE_EXP[kk & {codes_per_word - 1}]")
         emit(6, "v = v * u32_as_f32(np.uint32((127 - o) << 23))")
-        emit(6, f"sa[mm * stride_m + (kk >> {int(math.log2(ch))}) * {s.pad} + (kk & {ch - 1})] = v")
+        emit(6, f"sa[mm * stride_m + (kk >> {int(math.log2(chunk_codes))}) * {s.pad} + (kk & {chunk_codes - 1})] = v")
         emit(6, f"kk += {s.threads}")
         emit(5, "mm += 1")
         emit(4, "cuda.syncthreads()")
@@ -222,27 +212,27 @@ def generate_source(s: Spec) -> str:
     emit(3, "if active:")
     emit(4, "c = np.int64(lane)")
     emit(4, "while c < nch:")
-    lv = 5
+    lvl = 5
     # ---- chunk indices (clamped) and validity
-    for u in range(U):
-        emit(lv, f"cl{u} = c + {32 * u}")
-        emit(lv, f"ok{u} = cl{u} < nch")
-        emit(lv, f"if not ok{u}:")
-        emit(lv + 1, f"cl{u} = nch - 1")
-        emit(lv, f"cg{u} = c0 + cl{u}")
-    # ---- B loads: all R*U chunks first
-    for u in range(U):
-        for r in range(R):
+    for u in range(unroll):
+        emit(lvl, f"cl{u} = c + {32 * u}")
+        emit(lvl, f"ok{u} = cl{u} < nch")
+        emit(lvl, f"if not ok{u}:")
+        emit(lvl + 1, f"cl{u} = nch - 1")
+        emit(lvl, f"cg{u} = c0 + cl{u}")
+    # ---- B loads: all rows*unroll chunks first
+    for u in range(unroll):
+        for r in range(rows):
             base = f"row{r} * row_chunks + cg{u}"
-            if W == 4:
-                emit(lv, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
+            if words == 4:
+                emit(lvl, f"w{r}_{u}_0, w{r}_{u}_1, w{r}_{u}_2, w{r}_{u}_3 = ldg_v4(bw, {base})")
                 if s.l2pf:  # the chunk this lane loads L2PF_AHEAD iterations later, if in the row
-                    emit(lv, f"if cg{u} + {32 * U * L2PF_AHEAD} < row_chunks:")
-                    emit(lv + 1, f"prefetch_l2(bw, {base} + {32 * U * L2PF_AHEAD})")
+                    emit(lvl, f"if cg{u} + {32 * unroll * L2PF_AHEAD} < row_chunks:")
+                    emit(lvl + 1, f"prefetch_l2(bw, {base} + {32 * unroll * L2PF_AHEAD})")
             else:
-                emit(lv, f"bi{r}_{u} = ({base}) * {W}")
-                for i in range(W):
-                    emit(lv, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
+                emit(lvl, f"bi{r}_{u} = ({base}) * {words}")
+                for i in range(words):
+                    emit(lvl, f"w{r}_{u}_{i} = np.uint32(bw[bi{r}_{u} + {i}])")
     # Every temporary below gets a fresh name (and constants are frozen globals, see
     # ``kernel_namespace``): numba's SSA repair and lowering are quadratic in the number of
     # re-assignments / statements of one block, so unique names keep compile times in seconds.
@@ -254,99 +244,101 @@ def generate_source(s: Spec) -> str:
 
     # ---- A values (direct mode): loaded with the B loads, pre-scaled by constants
     if s.direct_a:
-        for u in range(U):
-            emit(lv, f"ka{u} = np.uint64(cg{u} * {ch})")
-            for t in range(ch):
-                o = offs[t % cpw][1]
-                emit(lv, f"a{u}_{t} = ld(a, (um0, ka{u} + T{t})) * PS{o}")
+        for u in range(unroll):
+            emit(lvl, f"ka{u} = np.uint64(cg{u} * {chunk_codes})")
+            for t in range(chunk_codes):
+                o = offs[t % codes_per_word][1]
+                emit(lvl, f"a{u}_{t} = ld(a, (um0, ka{u} + T{t})) * PS{o}")
     # ---- scales (masked to 0 for invalid chunks) and zero-point constants
-    for u in range(U):
-        for sidx in range(nsub):
-            emit(lv, f"g{u}_{sidx} = (cg{u} * {ch} + {sidx * sub}) >> {log_bs}")
-        for r in range(R):
-            for sidx in range(nsub):
+    for u in range(unroll):
+        for sidx in range(n_slices):
+            emit(lvl, f"g{u}_{sidx} = (cg{u} * {chunk_codes} + {sidx * slice_codes}) >> {log_bs}")
+        for r in range(rows):
+            for sidx in range(n_slices):
                 sc = f"sc{r}_{u}_{sidx}"
-                emit(lv, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
+                emit(lvl, f"{sc} = ld(scales, np.uint64(row{r} * k_blocks + g{u}_{sidx}))")
                 if s.zp_kind == "packed":
                     g = f"g{u}_{sidx}"
-                    emit(lv, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zpb}))])")
-                    emit(lv, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zpb}) * {bits})) "
+                    emit(lvl, f"zb{r}_{u}_{sidx} = np.uint32(zpp[np.uint64(row{r} * zp_row + ({g} // {zp_per_byte}))])")
+                    emit(lvl, f"z{r}_{u}_{sidx} = np.float32((zb{r}_{u}_{sidx} >> np.uint32(({g} % {zp_per_byte}) * {bits})) "
                              f"& ZMASK)")
                     for o in exps:
-                        emit(lv, f"k{r}_{u}_{sidx}_{o} = MAGF + z{r}_{u}_{sidx} * FM{o}")
+                        emit(lvl, f"k{r}_{u}_{sidx}_{o} = MAGF + z{r}_{u}_{sidx} * FM{o}")
     # ---- compute: one `if ok_u:` section per (chunk, scale slice); a clamped chunk past the end is
     # skipped (its loads were harmless duplicates). The sections also keep numba's per-block
     # analyses (quadratic in statements per block) fast.
-    for u in range(U):
+    for u in range(unroll):
         if not s.direct_a:
             for m in range(mt):
-                emit(lv, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
-        for sidx in range(nsub):
-            lw = lv + 1
-            acc = {(m, r): f"acc{m}_{r}" for m in range(mt) for r in range(R)}
-            part = {r: None for r in range(R)}
+                emit(lvl, f"ab{u}_{m} = np.uint64({m} * stride_m + cl{u} * {s.pad})" if m
+                     else f"ab{u}_{m} = np.uint64(cl{u} * {s.pad})")
+        for sidx in range(n_slices):
+            lvl_in = lvl + 1
+            acc = {(m, r): f"acc{m}_{r}" for m in range(mt) for r in range(rows)}
+            part = {r: None for r in range(rows)}
             if mt == 1:
-                for r in range(R):
-                    emit(lv, f"pp{r} = F0")
+                for r in range(rows):
+                    emit(lvl, f"pp{r} = F0")
                     part[r] = f"pp{r}"
-            for t in range(sidx * sub, (sidx + 1) * sub):
-                wi, j = divmod(t, cpw)
+            for t in range(sidx * slice_codes, (sidx + 1) * slice_codes):
+                wi, j = divmod(t, codes_per_word)
                 hi, o = offs[j]
                 if j == 0:  # a new section per word
-                    if t != sidx * sub:
-                        for r in range(R):
+                    if t != sidx * slice_codes:
+                        for r in range(rows):
                             if mt == 1:
-                                emit(lw, f"pp{r} = {part[r]}")
+                                emit(lvl_in, f"pp{r} = {part[r]}")
                                 part[r] = f"pp{r}"
                             for m in range(mt if mt > 1 else 0):
-                                emit(lw, f"acc{m}_{r} = {acc[m, r]}")
+                                emit(lvl_in, f"acc{m}_{r} = {acc[m, r]}")
                                 acc[m, r] = f"acc{m}_{r}"
-                    emit(lv, f"if ok{u}:")
+                    emit(lvl, f"if ok{u}:")
                 if hi and not offs[j - 1][0]:  # first high field of this word: shift it down once
-                    for r in range(R):
-                        emit(lw, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> SHU")
+                    for r in range(rows):
+                        emit(lvl_in, f"h{r}_{u}_{wi} = w{r}_{u}_{wi} >> SHU")
                 xs = []
                 for m in range(mt):
                     if s.direct_a:
                         xs.append(f"a{u}_{t}")
                     else:
                         x = fresh("x")
-                        emit(lw, f"{x} = sa[ab{u}_{m} + T{t}]")
+                        emit(lvl_in, f"{x} = sa[ab{u}_{m} + T{t}]")
                         xs.append(x)
-                for r in range(R):
+                for r in range(rows):
                     src = f"{'h' if hi else 'w'}{r}_{u}_{wi}"
                     cst = f"k{r}_{u}_{sidx}_{o}" if s.zp_kind == "packed" else f"KC{o}"
                     d = fresh("d")
-                    emit(lw, f"{d} = u32_as_f32(({src} & MK{o}) | MAGICU) - {cst}")
+                    emit(lvl_in, f"{d} = u32_as_f32(({src} & MK{o}) | MAGICU) - {cst}")
                     if mt == 1:
                         p_new = fresh("p")
-                        emit(lw, f"{p_new} = {d} * {xs[0]}" if part[r] is None else f"{p_new} = {part[r]} + {d} * {xs[0]}")
+                        emit(lvl_in, f"{p_new} = {d} * {xs[0]}" if part[r] is None
+                             else f"{p_new} = {part[r]} + {d} * {xs[0]}")
                         part[r] = p_new
                     else:
                         dq = fresh("q")
-                        emit(lw, f"{dq} = {d} * sc{r}_{u}_{sidx}")
+                        emit(lvl_in, f"{dq} = {d} * sc{r}_{u}_{sidx}")
                         for m in range(mt):
                             a_new = fresh("s")
-                            emit(lw, f"{a_new} = {acc[m, r]} + {dq} * {xs[m]}")
+                            emit(lvl_in, f"{a_new} = {acc[m, r]} + {dq} * {xs[m]}")
                             acc[m, r] = a_new
             if mt == 1:
-                for r in range(R):
+                for r in range(rows):
                     a_new = fresh("s")
-                    emit(lw, f"{a_new} = {acc[0, r]} + sc{r}_{u}_{sidx} * {part[r]}")
+                    emit(lvl_in, f"{a_new} = {acc[0, r]} + sc{r}_{u}_{sidx} * {part[r]}")
                     acc[0, r] = a_new
             for m in range(mt):
-                for r in range(R):
-                    emit(lw, f"acc{m}_{r} = {acc[m, r]}")
-    emit(lv, f"c += {32 * U}")
+                for r in range(rows):
+                    emit(lvl_in, f"acc{m}_{r} = {acc[m, r]}")
+    emit(lvl, f"c += {32 * unroll}")
     emit(3, "c0 += tile_chunks")
     # ---- reduce and store
     emit(2, "if active:")
     for m in range(mt):
-        for r in range(R):
+        for r in range(rows):
             v = f"acc{m}_{r}"
             for off in (16, 8, 4, 2, 1):
                 emit(3, f"{v} += cuda.shfl_xor_sync({FULL_MASK:#x}, {v}, {off})")
-            idx = m * R + r
+            idx = m * rows + r
             emit(3, f"if lane == {idx % 32} and m0 + {m} < M:")
             if s.bias:
                 emit(4, f"{v} += ld(bias, row{r})")
@@ -360,12 +352,12 @@ def kernel_namespace(s: Spec) -> dict:
     from numba.cuda import types
 
     bits = s.bits
-    mask = (1 << bits) - 1
-    zp = 1 << (bits - 1)
+    mask = FORMATS[bits].code_mask
+    zp = FORMATS[bits].default_zero_point
     ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4, "prefetch_l2": prefetch_l2,
           "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(bits), "min": min,
           "F0": np.float32(0.0), "MAGF": np.float32(MAGIC), "MAGICU": np.uint32(0x4B000000),
-          "SHU": np.uint32(_shift_of(bits)), "ZMASK": np.uint32(mask)}
+          "SHU": np.uint32(HIGH_FIELD_SHIFT[bits]), "ZMASK": np.uint32(mask)}
     for o in sorted(set(prescale_exponents(bits))):
         ns[f"MK{o}"] = np.uint32(mask << o)
         ns[f"KC{o}"] = np.float32(MAGIC + zp * 2.0 ** o)
@@ -383,153 +375,8 @@ def kernel_for(s: Spec) -> Kernel:
 
     src = generate_source(s)
     ns = kernel_namespace(s)
-    code = compile(src, f"<numba_nbits {s.name}>", "exec")
-    exec(code, ns)
-    fn = ns[s.name]
-    fn.__source__ = src
+    fn = load_source(s.name, src, ns)[s.name]
     argtypes = (array_type(s.act, 2), array_type("uint32"), array_type(s.act), array_type("uint8"),
                 array_type(s.act), array_type(s.act, 2)) + (types.int64,) * 8
     return Kernel(fn, argtypes, name=s.name, fastmath=False)
 
-
-# ------------------------------------------------------------------------------------ planning
-
-def chunk_bytes_for(row_bytes: int) -> int:
-    """Largest of 16/8/4 bytes dividing a row of B (rows start 16-byte aligned only if 16 | row)."""
-    for cb in (16, 8, 4):
-        if row_bytes % cb == 0:
-            return cb
-    raise ValueError(f"row of {row_bytes} bytes is not a multiple of 4")
-
-
-def choose_rows_per_warp(N: int, warps: int, r_max: int) -> int:
-    """Most rows per warp (A reuse) that still gives >= MIN_BLOCKS blocks; at least 1."""
-    r = r_max
-    while r > 1 and -(-N // (warps * r)) < MIN_BLOCKS:
-        r //= 2
-    return r
-
-
-def tile_chunks_for(row_chunks: int, mt: int, pad: int) -> int:
-    """Chunks of K per staged tile: all of them if they fit SMEM_BUDGET, else balanced tiles."""
-    cap = max(1, SMEM_BUDGET // (mt * pad * 4))
-    if row_chunks <= cap:
-        return row_chunks
-    ntiles = -(-row_chunks // cap)
-    per = -(-row_chunks // ntiles)
-    per = -(-per // 32) * 32  # whole lanes' worth when possible
-    return min(per, cap)
-
-
-_DEVICE_INFO = {}
-
-
-def _device_info():
-    """(SM count, shared memory per SM) of the current device (GPU only; cached)."""
-    if not _DEVICE_INFO:
-        dev = cuda.get_current_device()
-        _DEVICE_INFO["sms"] = int(dev.MULTIPROCESSOR_COUNT)
-        _DEVICE_INFO["smem_sm"] = int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-    return _DEVICE_INFO["sms"], _DEVICE_INFO["smem_sm"]
-
-
-def resident_blocks(kernel: Kernel, threads: int, smem: int) -> int:
-    """Blocks of this kernel that fit on one SM at once (threads, registers, shared memory)."""
-    regs = max(kernel.registers(), 1)
-    regs = -(-regs // 8) * 8
-    _, smem_sm = _device_info()
-    by_threads = 2048 // threads
-    by_regs = 65536 // (regs * threads)
-    by_smem = smem_sm // (smem + 1024) if smem else 32
-    return max(1, min(32, by_threads, by_regs, by_smem))
-
-
-class GemvPlan:
-    """A bound fused-GEMV launch: ``run`` points it at A and Y and launches (graph-capturable)."""
-
-    __slots__ = ("route", "kernel", "spec", "launch", "grid", "block", "shared_mem")
-
-    def __init__(self, route: str, spec: Spec, launch, shared_mem: int):
-        self.route = route
-        self.spec = spec
-        self.kernel = spec.name
-        self.launch = launch
-        self.grid = launch.grid
-        self.block = launch.block
-        self.shared_mem = shared_mem
-
-    def run(self, a, out, stream: int = 0) -> None:
-        L = self.launch
-        L.set_array(0, a)
-        L.set_array(5, out)
-        L.launch(stream)
-
-    def __repr__(self):
-        return f"GemvPlan({self.route}, {self.kernel}, grid={self.grid}, block={self.block}, smem={self.shared_mem})"
-
-
-def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
-               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None,
-               grid_cap: int | None = None, tile_cap: int | None = None, l2pf: bool = False) -> GemvPlan:
-    """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this).
-
-    ``grid_cap`` / ``tile_cap`` (tests only) force the persistent row-group loop and K tiling on
-    small shapes.
-    """
-    w = weights
-    M, N, K = problem.M, w.N, w.K
-    row_bytes = w.K_padded * w.bits // 8
-    cb = chunk_bytes or chunk_bytes_for(row_bytes)
-    ch = cb * 8 // w.bits
-    row_chunks = row_bytes // cb
-    r = choose_rows_per_warp(N, warps, r_max)
-    spec = Spec(act=w.dtype, bits=w.bits, block_size=w.block_size, zp_kind=w.zp_kind, chunk_bytes=cb, mt=mt, r=r,
-                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias,
-                l2pf=l2pf and cb == 16)
-    kern = kernel_for(spec)
-    if direct_a:
-        tile = row_chunks
-        smem = 0
-    else:
-        tile = tile_chunks_for(row_chunks, mt, spec.pad)
-        if tile_cap:
-            tile = min(tile, tile_cap)
-        smem = mt * tile * spec.pad * 4
-    n_groups = -(-N // (warps * r))
-    grid_x = n_groups
-    if not w.simulated and not direct_a and tile >= row_chunks:
-        # persistent blocks: A staged once per block, blocks stride over the row groups
-        sms, _ = _device_info()
-        grid_x = min(n_groups, sms * resident_blocks(kern, spec.threads, smem))
-    if grid_cap:
-        grid_x = min(grid_x, grid_cap)
-    grid = (grid_x, -(-M // mt), 1)
-    a0 = _placeholder(w, (M, K))
-    o0 = _placeholder(w, (M, N))
-    zpp = w.zp_packed if w.zp_kind == "packed" else w.dummy(np.uint8)
-    bi = w.bias if (bias and w.bias is not None) else w.dummy(w.np_dtype)
-    args = (a0, w.b_words, w.scales, zpp, bi, o0, M, N, K, w.k_blocks, w.zp_row, row_chunks, tile, n_groups)
-    launch = kern.bind(grid, spec.threads, args, shared_mem=smem)
-    return GemvPlan(route, spec, launch, smem)
-
-
-def _placeholder(w, shape):
-    """A zero-sized-data placeholder of the right rank for the A / Y slots until ``run`` sets them."""
-    from ..arrays import DevArray
-
-    key = ("placeholder",) + tuple(shape)
-
-    def make():
-        if w.simulated:
-            arr = np.zeros(shape, w.np_dtype)
-            return DevArray(0, shape, arr.strides, w.np_dtype, arr)
-        itemsize = w.np_dtype.itemsize
-        strides = (shape[1] * itemsize, itemsize)
-        return DevArray(0, shape, strides, w.np_dtype, None)
-
-    return w.derived(str(key), make)
-
-
-def check(cond: bool, family: str, what: str) -> None:
-    if not cond:
-        raise ValueError(f"{family}: unsupported problem ({what})")

@@ -1,0 +1,210 @@
+"""Tensor-core small-M GEMV for 2-, 4- and 8-bit MatMulNBits, fp16/bf16 activations, M = 1..16.
+
+Serves the routes ``gemv_w4``, ``gemv_w8`` and ``gemv_w2`` for fp16/bf16 A (``route_plan``; the
+CUDA-core engine ``core`` serves fp32 A and is the fallback for an A that is not 16-byte aligned).
+The pieces: ``layout`` (the packed weights, built once per ``Weights``), ``mma_source`` /
+``mma_ring`` (the generated kernel: math, decode and thread mapping are described there),
+``tactics`` (launch shapes: tuned tables, default rule, profiler variants), this module (compiling a
+specialisation, the plans).
+
+Guards (``supports``): bits 2/4/8, fp16/bf16, 1 <= M <= 16, block 16/32/64/128, zero points
+none/packed, no g_idx, N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked per call by ``enqueue``).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ...arrays import DevArray, to_device
+from ...launch import Kernel
+from .. import intrinsics as _I
+from ..codegen import load_source
+from ..dtypes import LOADS, STORES, array_type
+from ..family import Plan
+from .layout import BITS, MMA_LAYOUTS, TILE_N, Packed, prepack
+from .mma_ring import gen_ring_source
+from .mma_source import gen_source
+from .tactics import Tactic, default_tactic
+
+ROUTE = "gemv_mma"
+BLOCK_SIZES = (16, 32, 64, 128)
+MAX_M = 16
+#: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
+SIM_SM_COUNT = 2
+
+
+def supports(problem) -> bool:
+    """Whether the tensor-core GEMV serves ``problem`` (module docstring: guards)."""
+    p = problem
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
+            and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
+            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
+
+
+def sm_count(simulated: bool) -> int:
+    """SMs of the current device (``SIM_SM_COUNT`` on the simulator)."""
+    if simulated:
+        return SIM_SM_COUNT
+    from .core import device_info  # cached current-device query (as the CUDA-core engine's)
+
+    return device_info()[0]
+
+
+def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
+    """Python source of one specialisation: the ring kernel for ``tac.ring``, else the plain one."""
+    return (gen_ring_source if tac.ring else gen_source)(act, MT, tac, BS, ZP, bits, l2pf)
+
+
+@lru_cache(maxsize=None)
+def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> Kernel:
+    """The compiled-on-demand kernel for one specialisation (``l2pf``: the L2-prefetching variant, name
+    suffix ``_l2pf``)."""
+    from numba.cuda import types
+
+    src = generate_source(act, MT, tac, BS, ZP, bits, l2pf)
+    ns = {
+        "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act],
+        "TPW": tac.tpw,
+        "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
+        "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
+        "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
+        "prefetch_l2": _I.prefetch_l2,
+    }
+    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_l2pf" if l2pf else "")
+    fn = load_source(name, src, ns)["gemv_mma"]
+    fn.__name__ = name
+    argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
+                array_type(act), array_type("float32"), array_type("int32"),
+                types.int64, types.int64, types.int64, types.int64)
+    opts = {"launch_bounds": (32 * tac.warps, tac.minb)} if tac.minb else {}
+    return Kernel(fn, argtypes, name=name, fastmath=False, **opts)
+
+
+class GemvMmaPlan(Plan):
+    """Pre-built launch for one (weights, M); ``enqueue`` rewrites A/Y pointers and launches."""
+
+    route = ROUTE
+
+    def __init__(self, weights, M: int, tactic: Tactic, packed: Packed | None = None, l2pf: bool = False):
+        self.M, self.N, self.K = M, weights.N, weights.K
+        self.dtype = weights.dtype
+        self.tactic = tactic
+        self.l2pf = l2pf
+        pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
+        self.packed = pk
+        MT = 1 if M <= 8 else 2
+        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf)
+        self.kernel = k.name
+        self._kernel = k
+        zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)
+        self._elem = np.uint16 if weights.dtype == "bfloat16" else np.float16
+        dummy_a = weights.dummy(np.uint32)
+        dummy_y = weights.dummy(self._elem)
+        sc = pk.scales
+        sw = sc.view(np.uint32, (sc.shape[0] // 2,))
+        groups = -(-self.N // (TILE_N * tactic.tpw))
+        grid = groups * tactic.ksplit
+        if tactic.grid:  # persistent ring kernel: ``grid`` CTAs per SM, grid-stride over the tile groups
+            grid = min(groups, tactic.grid * sm_count(weights.simulated))
+        self.grid = grid
+        if tactic.ksplit > 1:  # per-plan split-K workspace; counters start at 0 and are reset by the kernel
+            self._ws = to_device(np.zeros(tactic.ksplit * M * self.N, np.float32), weights.simulated)
+            self._cnt = to_device(np.zeros(groups, np.int32), weights.simulated)
+        else:
+            self._ws = weights.dummy(np.float32)
+            self._cnt = weights.dummy(np.int32)
+        self._launch = k.bind(grid, 32 * tactic.warps,
+                              (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
+                               pk.n_super))
+
+        # the per-call views' layouts (GPU): enqueue() only moves their pointers when A and Y have the
+        # byte counts these views take (what DevArray.view would check), else it builds the views
+        self._views = None
+        if not weights.simulated:
+            self._views = (DevArray(0, (M * self.K // 2,), (4,), np.uint32, None),
+                           DevArray(0, (M * self.N,), (2,), self._elem, None))
+
+    def enqueue(self, a: DevArray, out: DevArray, stream: int) -> None:
+        M, K, N = self.M, self.K, self.N
+        if a.ptr % 16:
+            raise ValueError("gemv_mma: A must be 16-byte aligned")
+        L = self._launch
+        v = self._views
+        if (v is not None and a.c_contiguous and out.c_contiguous and a.nbytes == 2 * M * K
+                and out.nbytes == 2 * M * N):
+            L.set_array_ptr(0, a.ptr, v[0])
+            L.set_array_ptr(5, out.ptr, v[1])
+        else:
+            L.set_array(0, a.view(np.uint32, (M * K // 2,)))
+            L.set_array(5, out.view(self._elem, (M * N,)))
+        L.launch(stream)
+
+
+def build(weights, problem, config=None, tactic: Tactic | None = None, packed: Packed | None = None,
+          l2pf: bool = False) -> GemvMmaPlan:
+    """Plan for ``problem`` (must satisfy ``supports``); ``tactic`` overrides ``default_tactic``;
+    ``packed`` replaces ``prepack(weights)`` (a copy of it at another address: L2-cold benchmarks);
+    ``l2pf`` builds the L2-prefetching kernel variant (``w8.l2_prefetch`` decides when)."""
+    if not supports(problem):
+        raise ValueError(f"gemv_mma does not support {problem.describe()}")
+    if weights.bits not in MMA_LAYOUTS or weights.zp_kind not in ("none", "packed") or weights.g_idx is not None:
+        raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
+    if problem.bits != weights.bits:
+        raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
+    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
+    return GemvMmaPlan(weights, problem.M, tac, packed, l2pf)
+
+
+class TensorCorePlan(Plan):
+    """The plan a fused-GEMV route (``gemv_w4`` / ``gemv_w8`` / ``gemv_w2``) runs for fp16/bf16 A when
+    ``supports`` the problem: this tensor-core GEMV, flat in M (faster than the CUDA-core engine at
+    every M for 4-bit: ``benchmarks/results/2026-11-30-h200-kernels``).
+
+    It needs A 16-byte aligned; an unaligned A (e.g. a sliced tensor) is served by the route's CUDA-core
+    plan (``cuda_core()`` builds it), built on first need (outside graph capture).
+    """
+
+    def __init__(self, weights, problem, route: str, cuda_core, tactic: Tactic | None = None, l2pf: bool = False):
+        self.route = route
+        self.mma = build(weights, problem, tactic=tactic, l2pf=l2pf)
+        self.kernel = self.mma.kernel
+        self.tactic = self.mma.tactic
+        self._cuda_core = cuda_core
+        self._fallback = None
+
+    def enqueue(self, a, out, stream: int) -> None:
+        if a.ptr % 16 == 0:
+            self.mma.enqueue(a, out, stream)
+            return
+        if self._fallback is None:
+            from ...launch import CaptureError, is_capturing
+
+            if is_capturing(stream):
+                raise CaptureError(f"{self.route}: A is not 16-byte aligned and the CUDA-core fallback is not built "
+                                   "yet; run a warmup inference with the same A layout outside capture first.")
+            self._fallback = self._cuda_core()
+        self._fallback.enqueue(a, out, stream)
+
+
+def build_route(family: str, unmet, weights, problem, route: str, cuda_core, kernel: str, tactic,
+                l2pf: bool = False):
+    """A fused-GEMV family's ``build``: re-check the family's needs (``core.check``), then ``route_plan``."""
+    from . import core
+
+    core.check(family, unmet(problem))
+    core.check(family, core.weights_unmet(weights, problem))
+    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf)
+
+
+def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto", tactic: Tactic | None = None,
+               l2pf: bool = False):
+    """A fused-GEMV route's plan: ``kernel`` "auto" (this tensor-core GEMV for fp16/bf16 when ``supports``
+    the problem, else the CUDA-core engine), "cuda_core" or "mma"; ``cuda_core()`` builds the CUDA-core
+    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch)."""
+    if kernel not in ("auto", "cuda_core", "mma"):
+        raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
+    if kernel == "cuda_core" or (kernel == "auto" and not supports(problem)):
+        return cuda_core()
+    return TensorCorePlan(weights, problem, route, cuda_core, tactic, l2pf)

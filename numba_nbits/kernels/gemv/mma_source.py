@@ -1,0 +1,393 @@
+"""Source generator of the tensor-core GEMV kernel (``mma``; the ring variant is ``mma_ring``).
+
+Math
+----
+``Y[m, n] = sum_b scale[n, b] * sum_{k in block b} (q[n, k] - zp[n, b]) * A[m, k]``. One
+``mma.sync.m16n8k16`` computes ``D[n, m]`` for 16 weight rows (the ``A`` operand, ``layout``) and 8
+activation rows (the ``B`` operand): ``M <= 8`` is one m-tile, ``M <= 16`` two, and the cost is the
+same for M = 1 and M = 8 (the kernel streams the weights once).
+
+The integer ``q - zp`` is an exact fp16/bf16 operand, built without a conversion instruction:
+``0x6400 | q`` *is* fp16 ``1024 + q`` (bf16: ``0x4300 | q`` = ``128 + q``) and one packed ``fma2(x,
+1, -(1024 + zp))`` (``0xE400 | zp`` is fp16 ``-(1024 + zp)``) leaves exactly ``q - zp`` in both halves
+of a register. The high plane of an 8-bit code decodes with ``fma2(0x6400 | qh, 16.0, -(16384 + 16 *
+(zp >> 4)))`` (bf16: ``0x4300 | qh``, 16.0, ``-(2048 + 16 * (zp >> 4))``), exactly ``16 * (qh - zh)``
+(fp16 spacing is 16 above 16384, bf16 above 2048); both planes' MMAs accumulate into the same fp32
+partial. Products with fp16/bf16 activations are exact, the tensor core sums them in fp32 over one
+quantisation block, and the block's partial sums are multiplied by the block scale and accumulated
+in fp32: no weight is ever rounded, the only roundings are fp32 sums and the final store.
+
+Thread -> data mapping
+----------------------
+A block is ``warps`` warps (split-K) over ``tpw`` 16-row tiles; ``ksplit`` consecutive blocks share
+those tiles and split K further. Warp ``w`` of split ``s`` takes super-chunks ``s*warps + w``, then
+every ``warps*ksplit``-th, in groups of ``unroll``; the next ``stages - 1`` groups are loaded before
+the current one is computed (a register ring; 2 stages = double buffering). With ``pf >= 1`` a stage
+also loads its scale words (one 32-bit word per tile per quantisation-block pair, 16 bytes at block 16)
+and zero points, with ``pf = 2`` its activations; otherwise those are loaded when the stage is
+computed. Partial results are summed across warps through shared memory and stored; with ``ksplit
+> 1`` each block writes its slice of a workspace and the last to arrive (atomic counter) sums the
+slices in a fixed order and stores. Lane ``(g, t)`` holds fragment rows ``g`` / ``g + 8`` and columns
+``2t, 2t + 1`` (+8) of each step (``layout``). Every loop over registers is unrolled in the generated
+source, so numba keeps accumulators and fragments in registers. Bias is not fused: the route adds it.
+"""
+from __future__ import annotations
+
+from ...formats import FORMATS
+from .layout import MMA_LAYOUTS, n_vectors, step_planes, super_chunk
+
+# fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte;
+# for the high plane of 8-bit codes: 16.0 pair and -(16 * base) high byte (fp16 -16384 = 0xF400,
+# bf16 -2048 = 0xC500), whose low mantissa bits hold the high nibble of the zero point exactly
+_CONST = {
+    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400, ONE16=0x4C004C00, NEG16=0xF400),
+    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300, ONE16=0x41804180, NEG16=0xC500),
+}
+
+
+def emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
+    """The negated zero-point pairs ``nz_lo``/``nz_hi`` (rows g, g + 8; 8-bit: the low plane) and, for
+    two-plane (8-bit) codes, ``nh_lo``/``nh_hi`` (the high plane: -16 * (base + zp >> 4)); ``zp``: the
+    two zero-point expressions (uint32) of rows g and g + 8, or None for the format's default zero point."""
+    two_planes = MMA_LAYOUTS[bits].planes == 2
+    if zp is None:  # the same constant for both rows
+        dz = FORMATS[bits].default_zero_point
+        if two_planes:  # 8-bit 128: low nibble 0, high nibble 8
+            e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | (dz & 15)) * 0x10001:08X})")
+            e(ind, f"nh_lo = np.uint32(0x{(c['NEG16'] | (dz >> 4)) * 0x10001:08X})")
+            e(ind, "nh_hi = nh_lo")
+        else:
+            e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | dz) * 0x10001:08X})")
+        e(ind, "nz_hi = nz_lo")
+        return
+    for h, name in ((0, "lo"), (1, "hi")):
+        if two_planes:
+            e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | ({zp[h]} & np.uint32(0xF))) * np.uint32(0x10001)")
+            e(ind, f"nh_{name} = (np.uint32(0x{c['NEG16']:04X}) | ({zp[h]} >> np.uint32(4))) * np.uint32(0x10001)")
+        else:
+            e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zp[h]}) * np.uint32(0x10001)")
+
+
+def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
+                    s_lo: str, s_hi: str,
+                    zp, word, bits: int = 4) -> None:
+    """Emit one quantisation block ``bb`` of tile ``i`` (both generators): its scales (``s_lo`` / ``s_hi``:
+    expressions of the fp32 scales of rows g and g + 8) and, with packed zero points, the negated
+    zero-point pairs (``zp``: the two uint32 zero-point expressions, else None); then, per 16-k step,
+    the four decoded B fragments of each operand plane (``layout.step_planes``: weight word
+    ``word(vector)[word]``, magic-number decode with ``fma2``) and one ``mma`` per plane and m-tile into
+    fresh fp32 partials; then ``acc += scale * partial``."""
+    e(ind, f"s_lo = {s_lo}")
+    e(ind, f"s_hi = {s_hi}")
+    if zp is not None:
+        emit_zero_points(e, ind, bits, c, zp)
+    mask = f"0x{MMA_LAYOUTS[bits].decode_mask:08X}"
+    for mt in range(m_tiles):
+        for r in range(4):
+            e(ind, f"p_{mt}_{r} = np.float32(0)")
+    for ss in range(block_steps):
+        s = bb * block_steps + ss
+        G, sig = divmod(s, group_steps)
+        for j, wi, sh, plane in step_planes(bits, s):
+            e(ind, f"wd = {word(j)}[{wi}]")
+            one = c["ONE16"] if plane else c["ONE"]
+            for r in range(4):
+                nz = ("nh_" if plane else "nz_") + ("lo" if r % 2 == 0 else "hi")
+                e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r + sh})) & np.uint32({mask})) "
+                       f"| np.uint32(0x{c['MAGIC']:08X}), np.uint32(0x{one:08X}), {nz})")
+            for mt in range(m_tiles):
+                e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
+                       f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
+    for mt in range(m_tiles):
+        e(ind, f"acc_{i}_{mt}_0 += s_lo * p_{mt}_0")
+        e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
+        e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
+        e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+
+
+def sizes(block_size: int, bits: int):
+    """Compile-time sizes of a specialisation: k per super-chunk, its 16-byte weight vectors per lane and
+    tile, k per k-group, 16-k steps per k-group, quantisation blocks per super-chunk, steps per block,
+    k-groups per super-chunk."""
+    super_k = super_chunk(block_size, bits)
+    group_k = min(block_size, 64)
+    return (super_k, n_vectors(bits, super_k), group_k, group_k // 16, super_k // block_size, block_size // 16,
+            super_k // group_k)
+
+
+def emit_head():
+    """Start a kernel's source: ``(lines, e)`` with ``e(indent, text)`` appending a line, after the kernel's
+    signature and the lane's coordinates (MMA fragment row group ``g`` and column pair ``t``)."""
+    L = []
+
+    def e(indent, s):
+        L.append("    " * indent + s)
+
+    e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
+    e(1, "lane = cuda.threadIdx.x & 31")
+    e(1, "warp = cuda.threadIdx.x >> 5")
+    e(1, "g = lane >> 2")
+    e(1, "t = lane & 3")
+    return L, e
+
+
+def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> None:
+    """Default zero-point constants, zeroed accumulators, and the activation row offsets (in elements) of
+    the lane's rows g and g + 8 of each m-tile."""
+    if zp_kind == "none":
+        emit_zero_points(e, 1, bits, c, None)
+    for i in range(TPW):
+        for mt in range(m_tiles):
+            for r in range(4):
+                e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+    for mt in range(m_tiles):
+        e(1, f"row_{mt} = g + {8 * mt}")
+        e(1, f"ok_{mt} = row_{mt} < M")
+        e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
+
+
+def emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps) -> None:
+    """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
+    for mt in range(m_tiles):
+        for G in range(super_groups):
+            e(ind, f"ka = {k0} + {G * group_k} + {4 * group_steps} * t")
+            if group_steps == 1:
+                e(ind, f"if ok_{mt} and ka < K:")
+                e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
+                e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(a32[ix])")
+                e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                e(ind, "else:")
+                e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(0)")
+                e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(0)")
+            else:
+                for q in range(group_steps // 2):
+                    e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
+                    e(ind + 1, f"bv = ldg_v4(a32, (rbase_{mt} + ka + {8 * q}) >> 3)")
+                    e(ind, "else:")
+                    e(ind + 1, "bv = Z4")
+                    for x in range(4):
+                        e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
+
+def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool, ring: bool) -> list:
+    """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
+    ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
+    returns the ``(suffix, zero)`` pairs that clear them. The ring kernel (``ring``) loads two scale words as
+    one 8-byte request and one with a plain load."""
+    zeros = []
+    for i in range(TPW):
+        for j in range(vectors):
+            e(ind, f"{p}_{tag}{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {j}) * 32 + lane)")
+            zeros.append((f"_{tag}{i}_{j}", "Z4"))
+        if not scales:
+            continue
+        e(ind, f"tsc = (tile0 + {i}) * n_super + scl")
+        sc = f"{p}sc_{tag}{i}"
+        if super_blocks == 4:  # 4 words = one 16-byte load
+            e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+            for q in range(4):
+                e(ind, f"{sc}_{q} = sv[{q}]")
+        elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+            for v in range(2):
+                e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
+                for q in range(4):
+                    e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
+        elif ring and super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
+            e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+            for q in range(2):
+                e(ind, f"{sc}_{q} = sv2[{q}]")
+        elif ring and super_blocks == 1:
+            e(ind, f"{sc}_0 = np.uint32(sw[tsc * 8 + g])")
+        elif ring:
+            raise ValueError(f"gemv_mma ring: {super_blocks} quantisation blocks per super-chunk")
+        else:
+            for q in range(super_blocks):
+                e(ind, f"{sc}_{q} = np.uint32(sw[tsc * {8 * super_blocks} + g * {super_blocks} + {q}])")
+        zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
+        if zp_kind == "packed":
+            for h in range(2):
+                for bb in range(super_blocks):
+                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * super_blocks} + g * {2 * super_blocks}"
+                           f" + {h * super_blocks + bb}])")
+                    zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
+    return zeros
+
+
+def emit_position(e, ind, m_tiles) -> None:
+    """Output (row ``n``, column ``m``) of reduction entry ``ent``: warp slot ``(i, mt, r)``, lane ``ln``."""
+    e(ind, "slot = ent >> 5")
+    e(ind, "ln = ent & 31")
+    e(ind, "r = slot & 3")
+    e(ind, "it = slot >> 2")
+    e(ind, f"mt = it % {m_tiles}")
+    e(ind, f"i = it // {m_tiles}")
+    e(ind, "n = (tile0 + i) * 16 + (ln >> 2) + 8 * (r >> 1)")
+    e(ind, "m = mt * 8 + 2 * (ln & 3) + (r & 1)")
+
+
+def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
+               l2pf: bool = False) -> str:
+    """Python source of the kernel for one specialisation (see module docstring and ``Tactic``);
+    ``l2pf``: also ``prefetch_l2`` the weights ``L2PF_AHEAD`` stages beyond each loaded one."""
+    TPW, warps, unroll = tac.tpw, tac.warps, tac.unroll
+    prefetch, ksplit, stages = tac.pf, tac.ksplit, tac.stages
+    split_warps = warps * ksplit  # warps that share one tile group's K loop (split-K stride)
+    super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = \
+        sizes(block_size, bits)
+    c = _CONST[act]
+    red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
+    L, e = emit_head()
+    if ksplit == 1:
+        e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
+        e(1, "gw = np.int64(warp)")
+    else:
+        e(1, f"grp = np.int64(cuda.blockIdx.x) // {ksplit}")
+        e(1, f"split = np.int64(cuda.blockIdx.x) % {ksplit}")
+        e(1, "tile0 = grp * TPW")
+        e(1, f"gw = split * {warps} + warp")
+    e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
+
+    def load_act(ind, dst, k0):
+        emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
+
+    n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
+    stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
+
+    def load_stage(indent, p, base_expr):
+        """Load one pipeline stage (``unroll`` super-chunks): weights; with prefetch >= 1 also scales (and zero
+        points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed)."""
+        for u in range(unroll):
+            e(indent, f"scl = {base_expr} + {u * split_warps}")
+            e(indent, "if scl < n_super:")
+            zeros = emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1,
+                                       False)
+            if l2pf:
+                emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
+            if prefetch >= 2:
+                load_act(indent + 1, f"{p}ac_{u}", f"scl * {super_k}")
+                zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(m_tiles) for G in range(super_groups)
+                          for x in range(n_act)]
+            e(indent, "else:")
+            for suf, z in zeros:
+                e(indent + 1, f"{p}{suf} = {z}")
+            if p == "v":
+                stage.extend(suf for suf, _ in zeros)
+
+    # register ring: "w" (computed now), "x1".."x{stages-2}" (in flight), "v" (issued this iteration)
+    ring = ["w"] + [f"x{r}" for r in range(1, stages - 1)] + ["v"]
+
+    def scale_expr(u, i, jh):
+        """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
+        return scale_bits_expr(act, f"wsc_{u}_{i}_{jh >> 1}", jh & 1)
+
+    e(1, "base = gw")
+    for r in range(stages - 1):
+        load_stage(1, ring[r], f"base + {r * split_warps * unroll}")
+    e(1, "while base < n_super:")
+    e(2, f"nb = base + {split_warps * unroll}")
+    load_stage(2, "v", f"base + {(stages - 1) * split_warps * unroll}")
+    for u in range(unroll):
+        e(2, f"sc_ = base + {u * split_warps}")
+        e(2, "if sc_ < n_super:")
+        ind = 3
+        if prefetch >= 2:
+            for mt in range(m_tiles):
+                for G in range(super_groups):
+                    for x in range(n_act):
+                        e(ind, f"b_{mt}_{G}_{x} = wac_{u}_{mt}_{G}_{x}")
+        else:
+            e(ind, f"k0 = sc_ * {super_k}")
+            load_act(ind, "b", "k0")
+        for i in range(TPW):
+            if prefetch == 0:
+                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
+            for bb in range(super_blocks):
+                if prefetch == 0:
+                    sl, sh = f"ld(sc, sb + {bb})", f"ld(sc, sb + {super_blocks + bb})"
+                    zp = (f"np.uint32(zpk[sb + {bb}])", f"np.uint32(zpk[sb + {super_blocks + bb}])")
+                else:
+                    sl, sh = scale_expr(u, i, bb), scale_expr(u, i, super_blocks + bb)
+                    zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
+                emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
+                                zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}",
+                                bits=bits)
+    for r in range(stages - 1):
+        for suf in stage:
+            e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
+    e(2, "base = nb")
+    # cross-warp reduction and store
+    e(1, f"red = cuda.shared.array({warps * red_entries}, np.float32)")
+    for i in range(TPW):
+        for mt in range(m_tiles):
+            for r in range(4):
+                e(1, f"red[warp * {red_entries} + {((i * m_tiles + mt) * 4 + r) * 32} + lane] = acc_{i}_{mt}_{r}")
+    e(1, "cuda.syncthreads()")
+
+    def entries(ind, body):
+        e(ind, f"for ent in range(cuda.threadIdx.x, {red_entries}, {warps * 32}):")
+        body(ind + 1)
+
+    def reduce_store(ind):
+        e(ind, "tot = np.float32(0)")
+        e(ind, f"for ww in range({warps}):")
+        e(ind + 1, f"tot += red[ww * {red_entries} + ent]")
+        emit_position(e, ind, m_tiles)
+        e(ind, "if m < M and n < N:")
+        if ksplit == 1:
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+        else:  # this split's partial sums -> workspace slice ``split``
+            e(ind + 1, "ws[(split * M + m) * N + n] = tot")
+
+    entries(1, reduce_store)
+    if ksplit > 1:
+        # last CTA of the group to arrive sums the ksplit slices in a fixed order (deterministic) and stores;
+        # it resets the group's counter for the next launch (stream order makes that safe)
+        e(1, "cuda.threadfence()")
+        e(1, "cuda.syncthreads()")
+        e(1, "flag = cuda.shared.array(1, np.int32)")
+        e(1, "if cuda.threadIdx.x == 0:")
+        e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
+        e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
+        e(1, "cuda.syncthreads()")
+        e(1, "if flag[0] == 1:")
+        e(2, "cuda.threadfence()")
+
+        def final(ind):
+            emit_position(e, ind, m_tiles)
+            e(ind, "if m < M and n < N:")
+            e(ind + 1, "tot = np.float32(0)")
+            for sp in range(ksplit):
+                e(ind + 1, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
+            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+
+        entries(2, final)
+        e(2, "if cuda.threadIdx.x == 0:")
+        e(3, "cnt[grp] = np.int32(0)")
+    return "\n".join(L) + "\n"
+
+
+#: ``l2pf`` kernels prefetch into L2 the weights this many pipeline stages (ring: items per warp) past the
+#: ones being loaded (an untuned first choice)
+L2PF_AHEAD = 2
+
+
+def emit_l2_prefetch(e, ind: int, TPW: int, vectors: int, ahead: str) -> None:
+    """``prefetch_l2`` of the lane's 16-byte weight vectors of super-chunk ``ahead`` (guarded: in range)."""
+    e(ind, f"pfs = {ahead}")
+    e(ind, "if pfs < n_super:")
+    for i in range(TPW):
+        for j in range(vectors):
+            e(ind + 1, f"prefetch_l2(bq, (((tile0 + {i}) * n_super + pfs) * {vectors} + {j}) * 32 + lane)")
+
+
+def scale_bits_expr(act: str, wd: str, hi: int) -> str:
+    """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``).
+
+    fp16 bits -> fp32: exponent and mantissa moved into place (an fp32 2^-112 times the value, exact also
+    for subnormals and zero), then scaled by 2^112; the sign bit copied. bf16 is the high half of an fp32."""
+    if act == "bfloat16":
+        return f"u32_as_f32({wd} & np.uint32(0xFFFF0000))" if hi else f"u32_as_f32({wd} << np.uint32(16))"
+    bits = (f"(({wd} & np.uint32(0x80000000)) | (({wd} >> np.uint32(3)) & np.uint32(0x0FFFE000)))" if hi else
+            f"((({wd} & np.uint32(0x8000)) << np.uint32(16)) | (({wd} & np.uint32(0x7FFF)) << np.uint32(13)))")
+    return f"u32_as_f32({bits}) * F112"
+

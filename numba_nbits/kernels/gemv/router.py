@@ -1,0 +1,65 @@
+"""MoE router GEMV (spec §5, route ``router_gemv``): ``Y = A · dequant(B)ᵀ + bias``, bias fused.
+
+Serves ORT's router specialisation: 4-bit, no zero points (default 8), M = 1, block 32 or 64,
+``K % block_size == 0``, ``(N, K)`` in ``routes.ROUTER_SHAPES`` (gpt-oss-20b's 32 x 2880).
+The bias, when the node has one, is added in fp32 to the reduced sum before the single rounding
+to the output dtype (ORT: "lane 0 adds bias[n] in float then stores"), in the same launch.
+
+A 32 x 2880 int4 router is 46 KB of weights: the kernel is pure latency (launch + one DRAM round
+trip), so the design minimises serial steps rather than maximising bandwidth:
+
+* no shared-memory staging and no ``syncthreads``: each lane reads its A values straight from
+  global memory (L1/L2 hits after the first warp) in the same round trip as its B loads, scaling
+  them by the decode's power-of-two constants on the fly (``core_source``, ``direct_a``);
+* one warp per output row (``R`` = 1), 4 warps per block (8 blocks for N = 32), and every lane's
+  chunks of the row unrolled at once (``U = ceil(K/32/32)`` = 3 for K = 2880), so each lane issues
+  all of its 16-byte B loads before the first use;
+* decode and accumulation as in ``w4`` (magic number, exact per-block partial sums scaled once per
+  block), shuffle reduction, bias add, store.
+
+Guards (``unmet``): bits 4, no zero points, no g_idx, M == 1, block 32/64, K % block == 0,
+N % 8 == 0. Other (N, K) are accepted (the route table restricts the shapes).
+"""
+from __future__ import annotations
+
+from ..family import KernelFamily
+from . import core
+
+ROUTE = "router_gemv"
+BITS = 4
+BLOCK_SIZES = (32, 64)
+WARPS = 4  # 8 blocks of 128 threads for N = 32: spread over 8 SMs, no tail
+U_MAX = 4  # chunks per lane unrolled: covers K up to 4096 in one round of loads
+
+
+def unmet(problem):
+    """The needs of this family that ``problem`` fails (messages; none: supported)."""
+    p = problem
+    if p.bits != BITS:
+        yield f"bits={p.bits}, needs {BITS}"
+    if p.zero_points != "none":
+        yield "router GEMV takes no zero points"
+    if p.has_g_idx:
+        yield "g_idx is not supported by fused kernels"
+    if p.M != 1:
+        yield f"M={p.M}, needs 1"
+    if p.block_size not in BLOCK_SIZES:
+        yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
+    if p.K % p.block_size:
+        yield f"K={p.K} not a multiple of block_size={p.block_size}"
+    if p.N % 8 or p.K % 8:
+        yield f"N={p.N}, K={p.K} must be multiples of 8"
+
+
+supports = core.supports_from(unmet)
+
+
+def build(weights, problem, config=None, route: str = ROUTE) -> core.GemvPlan:
+    """Plan for the router problem: one launch computing ``A @ W.T + bias``."""
+    core.check(ROUTE, unmet(problem))
+    core.check(ROUTE, core.weights_unmet(weights, problem))
+    return core.build_plan(weights, problem, route=route, mt=1, r_max=1, u=U_MAX, warps=WARPS, direct_a=True,
+                           bias=weights.bias is not None)
+
+
+FAMILY = KernelFamily("router", supports, build)

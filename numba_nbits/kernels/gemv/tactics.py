@@ -1,0 +1,275 @@
+"""Launch shapes of the tensor-core GEMV: ``Tactic``, the tuned tables, the default and the profiler's variants.
+
+A ``Tactic`` is the compile-time launch shape of one ``mma`` kernel. ``default_tactic`` picks one per
+problem: the tuned table of the GPU (JSON data in ``tuned/``) at the nearest swept shape, else rules.
+
+Tuned tables
+------------
+``tuned/<gpu>-v<KERNEL_VERSION>.json`` holds, per bit width, rows ``[N, K, block_size, m_class,
+tactic tag]`` fitted to a sweep of the tactics on that GPU (the ``sources`` field names the
+measurement under ``benchmarks/results/``). ``KERNEL_VERSION`` names the generated kernels the
+tables were measured with: a change to the generators that moves timings bumps it, and tables of an
+older version are not used. Lookup rule: the table of ``gpu`` when there is one for this version,
+else the table of ``DEFAULT_GPU`` (the H200, the GPU the tables were fitted on; its tactics are valid on
+any sm_80+ GPU, only possibly not the fastest there). Plans do not name a GPU today, so every plan
+uses ``DEFAULT_GPU``'s table. Tags with ``k`` (split-K across CTAs) make a plan own a workspace, so
+the fit takes them only when they win by a clear margin.
+
+Profiler variants (spec §8; ``kernels.fpa_intb`` names them ``gemv:<route>+<variant>``)
+--------------------------------------------------------------------------------------
+* ``paired_k`` (``ORT_FPA_INTB_GEMV_PAIRED_K`` / ``ep.cuda.fpa_intb_gemv_paired_k``): fp16 A, 4-bit
+  weights, M 5..8. Two CTAs share each tile group's K loop (``ksplit = 2``), each writes fp32
+  partials to the plan's workspace, and the second to arrive sums the pair in a fixed order
+  (deterministic) and stores Y: twice the CTAs of the default tactic, each streaming half of K, for
+  mid-size N where the default leaves SMs idle. ORT documents an fp16 overflow limit for its paired-K
+  kernel; this one sums in fp32, so it has none. ``"1"`` adds it as a candidate of the buckets 5..8,
+  ``"force"`` makes it the only candidate there.
+* ``wave`` (``ep.cuda.fpa_intb_gemv_wave_aware = 1``): any M < 16 the tensor-core GEMV serves. The grid
+  is sized to whole waves of the device: launch bounds ``minb = R`` (``WAVE_CTAS_PER_SM``: 4 CTAs of 8
+  warps per SM with one m-tile, 2 with two; one 16-row tile per CTA's item; ring depth
+  ``WAVE_RING``) guarantee ``R`` resident CTAs per SM (by registers; shared memory and threads allow
+  them too), and
+
+  - with at least half a wave of tile groups (``2 * groups > R * SMs``): the ring kernel with a
+    persistent grid of ``min(groups, R * SMs)`` CTAs striding over the tile groups (one wave, no
+    partial last wave, pipelines never drain between groups);
+  - with fewer: split-K across ``k = min(8, (R * SMs) // groups)`` CTAs per tile group (bounded by
+    the super-chunks each split gets), the most that still fits in one wave.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .layout import MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
+
+#: version of the generated tensor-core kernels the tuned tables were measured with
+KERNEL_VERSION = 1
+#: the GPU whose table serves GPUs without one of their own
+DEFAULT_GPU = "h200"
+TUNED_DIR = Path(__file__).with_name("tuned")
+
+
+@dataclass(frozen=True)
+class Tactic:
+    """Launch shape (all compile-time): ``tpw`` 16-row tiles per block, ``warps`` split-K warps,
+    ``unroll`` super-chunks per pipeline stage (register double buffering: the next stage is loaded
+    before the current one is computed).
+
+    The other fields (defaults: the plain double-buffered kernel):
+
+    * ``pf``: what one pipeline stage prefetches. 0: weights only (scales, zero points and
+      activations are loaded when the stage is computed, so each iteration waits one more
+      memory latency); 1: scales (as 32-bit words, one or two per tile, 16 bytes at block 16) and
+      zero points too; 2: activations too (everything the stage needs is in registers).
+    * ``ksplit``: CTAs splitting K of one tile group (split-K across CTAs). Each writes fp32
+      partials to a per-plan workspace; the last to arrive (atomic counter) sums the slices in a
+      fixed order (deterministic) and stores Y. More CTAs for small N (4096 rows = 256 tiles, under
+      2 CTAs per SM) and finer work units against the tail of the last wave. The workspace makes
+      a plan unsafe to run concurrently on two streams (like any split-K workspace).
+    * ``stages``: register pipeline depth. 2 is double buffering (``unroll`` super-chunks in flight
+      while as many are computed); 3 or 4 keep 2 or 3 stages in flight (a register ring rotated
+      by loop-carried copies, which the compiler turns into renames): more bytes in flight per
+      register than a larger ``unroll``.
+    * ``minb``: when > 0, ``launch_bounds=(32 * warps, minb)``: ptxas caps the registers so that
+      ``minb`` blocks fit on an SM (65536 registers), trading registers (possibly spills) for
+      occupancy and fewer waves (register counts per tactic:
+      ``benchmarks/results/2026-11-30-gemv-m1-ptxas``).
+    * ``ring``: when >= 2, the ring kernel (``mma_ring``): ``ring - 1`` work items in flight per warp
+      across tile-group boundaries; needs ``unroll=1``, ``pf=1``, no split-K, 2 stages.
+    * ``grid``: with ``ring``, a persistent launch of ``min(groups, grid * SM count)`` CTAs striding
+      over the tile groups (0: one CTA per tile group).
+    """
+
+    tpw: int = 1
+    warps: int = 8
+    unroll: int = 2
+    pf: int = 0
+    ksplit: int = 1
+    stages: int = 2
+    minb: int = 0
+    ring: int = 0
+    grid: int = 0
+
+    def __post_init__(self):
+        if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
+                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32 or not 0 <= self.ring <= 16
+                or not 0 <= self.grid <= 32):
+            raise ValueError(f"bad gemv_mma tactic {self}")
+        if self.ring and (self.ring < 2 or self.unroll != 1 or self.pf != 1 or self.ksplit != 1 or self.stages != 2):
+            raise ValueError(f"gemv_mma ring tactics need ring >= 2, u1, p1, no k/s: {self}")
+        if self.grid and not self.ring:
+            raise ValueError(f"gemv_mma: a persistent grid (g) needs the ring kernel (r): {self}")
+
+    @property
+    def tag(self) -> str:
+        """Short name (kernel names, sweep tables): ``t2w8u1`` plus ``p1``/``k4`` when not default."""
+        s = f"t{self.tpw}w{self.warps}u{self.unroll}"
+        if self.pf:
+            s += f"p{self.pf}"
+        if self.ksplit > 1:
+            s += f"k{self.ksplit}"
+        if self.stages != 2:
+            s += f"s{self.stages}"
+        if self.minb:
+            s += f"b{self.minb}"
+        if self.ring:
+            s += f"r{self.ring}"
+        if self.grid:
+            s += f"g{self.grid}"
+        return s
+
+    @staticmethod
+    def parse(tag: str) -> "Tactic":
+        """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?", tag)
+        if not m:
+            raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
+        t, w, u, p, k, st, b, r, gr = m.groups()
+        return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
+                      int(gr or 0))
+
+
+
+
+def _table_path(gpu: str) -> Path:
+    return TUNED_DIR / f"{gpu}-v{KERNEL_VERSION}.json"
+
+
+@lru_cache(maxsize=None)
+def _load_tables(gpu: str) -> dict:
+    """``bits -> {(N, K, block_size, m_class): tag}`` of ``gpu``'s file, or of ``DEFAULT_GPU`` without one."""
+    path = _table_path(gpu)
+    if not path.is_file():
+        path = _table_path(DEFAULT_GPU)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {int(bits): {tuple(row[:4]): row[4] for row in rows} for bits, rows in data["tables"].items()}
+
+
+def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
+    """The tuned tactics of ``bits`` for ``gpu`` (module docstring: lookup rule); empty when none were fitted."""
+    return _load_tables(gpu).get(bits, {})
+
+
+def m_class(M: int) -> int:
+    """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
+    return 1 if M <= 1 else 8 if M <= 8 else 16
+
+
+def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None = None) -> Tactic | None:
+    """The tactic of ``table`` (default: ``tuned_table(4)``) at the nearest swept shape with the same
+    ``m_class`` (block 16 uses the block-32 entries, 64 the block-128 ones, when it has none of its
+    own), by distance in ``log N + log K``; None when the table is empty for that class or the nearest
+    shape is more than 2x away in N or in K (tiny routers etc. keep the rule)."""
+    table = tuned_table(4) if table is None else table
+    mc = m_class(M)
+    for bs in dict.fromkeys((block_size, {16: 32, 64: 128}.get(block_size, block_size))):
+        best = None
+        for (n, k, b, c), tag in table.items():
+            if b != bs or c != mc:
+                continue
+            dn, dk = abs(math.log2(N / n)), abs(math.log2(K / k))
+            if dn > 1 or dk > 1:
+                continue
+            if best is None or dn + dk < best[0]:
+                best = (dn + dk, tag)
+        if best is not None:
+            return Tactic.parse(best[1])
+    return None
+
+
+def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -> Tactic:
+    """Pick the launch shape: the tuned table of ``bits`` (``tuned_tactic``) when it covers the shape,
+    else rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll 1/2/4, 4-bit g32 fp16,
+    M 1/4/16, 4096x4096, 28672x8192, 8192x28672, 128256x4096; ``benchmarks/results/2026-11-30-h200-gemv-m1``),
+    where they pick the best tactic or one within 2% of it, except 4096x4096 (within 7%):
+
+    * two 16-row tiles per block once that still gives >= 1 block per SM (halves activation reads
+      per weight byte);
+    * unroll 1 on large N (2 for K >= 16384 at M <= 8, where fewer blocks need more loads in flight;
+      two-plane 8-bit codes keep 1: registers); small N keeps 2 (1 when a tile's super-chunk is
+      already two or more loads);
+    * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
+      (the two-m-tile kernel's registers).
+    """
+    tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits))
+    if tuned is not None:
+        return tuned
+    tiles = -(-N // TILE_N)
+    big = tiles // 2 >= 132
+    ks = super_chunk(block_size, bits)
+    nv = n_vectors(bits, ks)  # 16-byte loads per lane per tile and super-chunk (4-bit: 1 or 2)
+    tpw = 2 if big and nv <= 2 else 1
+    n_super = -(-K // ks)
+    if big:
+        unroll = 2 if (K >= 16384 and M <= 8 and MMA_LAYOUTS[bits].planes == 1) else 1
+    else:
+        unroll = 1 if nv > 1 else 2
+    warps = 8 if n_super >= 8 * 2 * unroll else 4 if n_super >= 4 * unroll else 2
+    if big and M > 8 and K <= 8192 and warps == 8:
+        warps = 4
+    return Tactic(tpw=tpw, warps=warps, unroll=unroll)
+
+
+PAIRED_K = "paired_k"
+WAVE = "wave"
+VARIANTS = (PAIRED_K, WAVE)
+#: the problems ORT's paired-K GEMV serves: 4-bit weights, M 5..8
+PAIRED_K_BITS = 4
+PAIRED_K_M = (5, 8)
+#: resident CTAs per SM the wave-aware tactic's launch bounds guarantee, by m-tiles (M <= 8: 1)
+WAVE_CTAS_PER_SM = {1: 4, 2: 2}
+WAVE_WARPS = 8
+#: ring depth of the wave tactic by operand planes per code: two-plane (8-bit) items hold twice the
+#: registers, so they keep one item fewer in flight under the same launch bounds
+WAVE_RING = {1: 3, 2: 2}
+
+
+def applies(variant: str, problem) -> bool:
+    """Whether ``variant`` can serve ``problem`` (its M, dtype, bits, ...)."""
+    from .mma import supports
+
+    p = problem
+    if not supports(p) or p.M >= 16:
+        return False
+    if variant == PAIRED_K:
+        return p.dtype == "float16" and p.bits == PAIRED_K_BITS and PAIRED_K_M[0] <= p.M <= PAIRED_K_M[1]
+    if variant == WAVE:
+        return True
+    raise ValueError(f"unknown GEMV tactic variant {variant!r}; variants are {', '.join(VARIANTS)}")
+
+
+def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4) -> Tactic:
+    """The default tactic's tile shape and pipeline, K split over a pair of CTAs."""
+    d = default_tactic(N, K, block_size, M, bits)
+    if d.ring:  # the ring kernel has no split-K: its non-ring equivalent
+        d = Tactic(tpw=d.tpw, warps=d.warps, unroll=1, pf=1, minb=d.minb)
+    return Tactic(tpw=d.tpw, warps=d.warps, unroll=d.unroll, pf=d.pf, ksplit=2, stages=d.stages, minb=d.minb)
+
+
+def wave_tactic(N: int, K: int, block_size: int, M: int, bits: int, sm_count: int) -> Tactic:
+    """The wave-aware tactic for ``sm_count`` SMs (module docstring)."""
+    R = WAVE_CTAS_PER_SM[1 if M <= 8 else 2]
+    wave = R * sm_count
+    groups = -(-N // TILE_N)  # one 16-row tile per warp: the register budget of minb = R
+    n_super = -(-K // super_chunk(block_size, bits))
+    k = min(8, wave // groups, -(-n_super // WAVE_WARPS))
+    if 2 * groups > wave or k < 2:
+        return Tactic(tpw=1, warps=WAVE_WARPS, unroll=1, pf=1, minb=R, ring=WAVE_RING[MMA_LAYOUTS[bits].planes], grid=R)
+    return Tactic(tpw=1, warps=WAVE_WARPS, unroll=1, pf=1, ksplit=k, minb=R)
+
+
+def tactic(variant: str, weights, problem) -> Tactic:
+    """The ``Tactic`` of ``variant`` for ``problem`` over ``weights``."""
+    from .mma import sm_count
+
+    if not applies(variant, problem):
+        raise ValueError(f"GEMV tactic {variant!r} does not serve {problem.describe()}")
+    w = weights
+    if variant == PAIRED_K:
+        return paired_k_tactic(w.N, w.K, w.block_size, problem.M, w.bits)
+    return wave_tactic(w.N, w.K, w.block_size, problem.M, w.bits, sm_count(w.simulated))

@@ -1,0 +1,71 @@
+"""The tuned tactic tables of the tensor-core GEMV (``kernels/gemv/tuned/*.json``, ``gemv.tactics``).
+
+``default_tactic`` serves every row of a table as written there (for each M of the row's M class), the
+lookup for a GPU without a table falls back to the default GPU's, and the tables ship with the package.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from numba_nbits.kernels.gemv import tactics as T
+
+tomllib = pytest.importorskip("tomllib")
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = T.TUNED_DIR / f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json"
+#: the M values of each M class (``tactics.m_class``) a row is checked with
+CLASS_MS = {1: (1,), 8: (2, 5, 8), 16: (9, 16)}
+
+
+def _rows():
+    data = json.loads(TABLE.read_text(encoding="utf-8"))
+    assert data["gpu"] == T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
+    return [(int(bits), *row) for bits, rows in data["tables"].items() for row in rows]
+
+
+def test_table_has_every_bit_width():
+    assert {r[0] for r in _rows()} == {2, 4, 8}
+    assert len(_rows()) == 36 + 36 + 12
+
+
+@pytest.mark.parametrize("bits,N,K,bs,mc,tag", _rows())
+def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
+    assert T.Tactic.parse(tag).tag == tag  # canonical spelling
+    for M in CLASS_MS[mc]:
+        assert T.m_class(M) == mc
+        assert T.default_tactic(N, K, bs, M, bits) == T.Tactic.parse(tag), (bits, N, K, bs, M)
+
+
+@pytest.mark.parametrize("args,tag", [
+    ((28672, 8192, 128, 1, 4), "t2w4u1"),       # table rows
+    ((8192, 28672, 32, 1, 4), "t2w8u2"),
+    ((14336, 4096, 128, 8, 8), "t1w8u1p1b4"),
+    ((4096, 4096, 64, 1, 2), "t1w8u2p1"),
+    ((5120, 4096, 32, 1, 4), "t1w8u2p1"),       # nearest swept shape (4096 x 4096)
+    ((100000, 4096, 64, 1, 4), "t2w4u1"),       # block 64 served by the block-128 rows
+    ((32, 2880, 32, 1, 4), "t1w8u2"),           # far from every row: the rule
+    ((4096, 4096, 32, 16, 2), "t1w8u2"),        # no 2-bit M 9..16 rows: the rule
+    ((1024, 1024, 128, 4, 8), "t1w4u1"),        # 2x away in N and K: the rule
+])
+def test_default_tactic_hand_written(args, tag):
+    assert T.default_tactic(*args).tag == tag
+
+
+def test_gpu_without_a_table_uses_the_default_gpu():
+    assert not (T.TUNED_DIR / f"no-such-gpu-v{T.KERNEL_VERSION}.json").exists()
+    for bits in (2, 4, 8):
+        assert T.tuned_table(bits, "no-such-gpu") == T.tuned_table(bits, T.DEFAULT_GPU) != {}
+    assert T.tuned_table(3) == {}
+
+
+def test_tables_are_package_data():
+    """``pip install`` ships every table: pyproject's package-data globs match each file under ``tuned/``."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = cfg["tool"]["setuptools"]["package-data"]["numba_nbits.kernels.gemv"]
+    pkg = ROOT / "numba_nbits" / "kernels" / "gemv"
+    files = sorted(p.relative_to(pkg) for p in (pkg / "tuned").iterdir())
+    assert files and all(any(f.match(g) for g in globs) for f in files), (files, globs)
