@@ -28,7 +28,6 @@ and compiles nothing, so it can be captured into a CUDA graph.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 from typing import Any, Mapping, Optional
@@ -41,29 +40,27 @@ from .bound import Bound, CallRecord, reader_for
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
 from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
-from .kernels import FAMILY_MODULES
+from .kernels import get_family
 from .launch import CaptureError, is_capturing, simulated
 from .weights import build_weights
 
 
 class _Entry:
-    """A built route for one M: the plan plus, when needed, the bias-add launch."""
+    """A built route for one M: the decision and the family's plan; ``run`` is the plan's (bias-add launch
+    attached to it when the route does not fuse bias), printing the ``ORT_FPA_INTB_DEBUG`` line first when
+    that is on."""
 
-    __slots__ = ("decision", "plan", "bias_launch", "debug_line")
+    __slots__ = ("decision", "plan", "debug_line", "run")
 
-    def __init__(self, decision: Decision, plan, bias_launch, debug_line: Optional[str]):
+    def __init__(self, decision: Decision, plan, debug_line: Optional[str]):
         self.decision = decision
         self.plan = plan
-        self.bias_launch = bias_launch
         self.debug_line = debug_line
+        self.run = plan.run if debug_line is None else self._run_and_print
 
-    def run(self, a: DevArray, out: DevArray, stream: int) -> None:
+    def _run_and_print(self, a: DevArray, out: DevArray, stream: int) -> None:
         self.plan.run(a, out, stream)
-        if self.bias_launch is not None:
-            self.bias_launch.set_array(0, out.flat())
-            self.bias_launch.launch(stream)
-        if self.debug_line is not None:
-            print(self.debug_line, file=sys.stderr)
+        print(self.debug_line, file=sys.stderr)
 
 
 class MatMulNBits:
@@ -211,29 +208,18 @@ class MatMulNBits:
         problem = self.problem(M)
         decision = select(problem, self.config)
         route = decision.route
-        module = importlib.import_module(FAMILY_MODULES[route.family], f"{__package__}.kernels")
-        if route.family == "dequant":
-            plan = module.build(self.weights, problem, self.config, route=route.name)
-        elif route.family == "fpa_intb":
-            plan = module.build(self.weights, problem, self.config, route.name)
-        else:
-            plan = module.build(self.weights, problem, self.config)
-        bias_launch = None
+        plan = get_family(route.family).build(self.weights, problem, self.config, route.name)
+        w = self.weights
         if decision.bias == "add":
-            from .kernels.bias import bind_bias_add
-
-            w = self.weights
-            # argument 0 (the output) is pointed at each call's Y by _Entry.run
-            bias_launch = bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N)
+            plan.add_bias(w, M)
         debug = None
         if self.config.fpa_intb_debug:
+            f = plan.debug_fields()
             debug = (f"[fpA_intB_debug] M={M} N={self.N} K={self.K} nbits={self.bits} block_size={self.block_size} "
-                     f"device_sm={self.sm} packing_sm={getattr(plan, 'packing_sm', 'n/a')} "
-                     f"has_bias={int(self.weights.bias is not None)} "
-                     f"has_zero_points={int(self.weights.zp_kind != 'none')} "
-                     f"weight_format={getattr(plan, 'weight_format', 'ort')} route={route.name} "
-                     f"kernel={getattr(plan, 'kernel', route.family)} tactic={getattr(plan, 'tactic', 'n/a')}")
-        return _Entry(decision, plan, bias_launch, debug)
+                     f"device_sm={self.sm} packing_sm={f['packing_sm']} has_bias={int(w.bias is not None)} "
+                     f"has_zero_points={int(w.zp_kind != 'none')} weight_format={f['weight_format']} "
+                     f"route={route.name} kernel={f['kernel']} tactic={f['tactic']}")
+        return _Entry(decision, plan, debug)
 
     # ------------------------------------------------------------------------------ calling
     def __call__(self, A, out=None, stream=None):
@@ -377,7 +363,6 @@ def dequantize(B, scales, zero_points=None, g_idx=None, *, K: int, N: int, bits:
 
     if isinstance(B, np.ndarray) and isinstance(scales, np.ndarray):
         return dequantize_host(B, scales, zero_points, g_idx, K=K, N=N, bits=bits, block_size=block_size)
-    from .kernels.dequant import DequantGemmPlan  # noqa: F401  (module import compiles nothing)
     from .kernels.dequant import bind_dequant
     from .arrays import device_empty
 

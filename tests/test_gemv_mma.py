@@ -38,7 +38,7 @@ def _run(w, A, M, tactic=None, pad_rows=1):
     N, K = w.N, w.K
     dt = w.np_dtype
     p = Problem(M=M, N=N, K=K, bits=w.bits, block_size=w.block_size, dtype=w.dtype, zero_points=w.zp_kind)
-    assert G.supports(p)
+    assert GT.supports(p)
     plan = G.build(w, p, None, tactic)
     a = to_device(A, SIM)
     # poisoned output with extra rows after it: the kernel must write every entry of (M, N) and nothing else
@@ -71,11 +71,11 @@ if SIM:
     # every block size x dtype x zero-point kind, M cycling through the boundary values
     _Ms = itertools.cycle((1, 8, 15, 16, 3))
     CASES += [(next(_Ms), 24, 72, bs, dt, zp, GT.Tactic(1, 1, 1))
-              for bs, dt, zp in itertools.product(G.BLOCK_SIZES, DTYPES, ("none", "packed"))]
+              for bs, dt, zp in itertools.product(GT.BLOCK_SIZES, DTYPES, ("none", "packed"))]
 else:
     CASES = [(M, N, K, bs, dt, zp, None)
              for (M, (N, K), bs, dt, zp) in itertools.product(
-                 (1, 4, 8, 9, 15, 16), ((1032, 2056), (24, 136)), G.BLOCK_SIZES, DTYPES, ("none", "packed"))]
+                 (1, 4, 8, 9, 15, 16), ((1032, 2056), (24, 136)), GT.BLOCK_SIZES, DTYPES, ("none", "packed"))]
     CASES += [(M, 4096, 4096, bs, "float16", "packed", None) for M in (1, 16) for bs in (32, 128)]
 
 
@@ -227,24 +227,24 @@ def test_gemv_mma_all_m_one_weights(rng):
 
 def test_supports_guards():
     base = dict(N=4096, K=4096, bits=4, block_size=32, dtype="float16")
-    assert G.supports(Problem(M=1, **base))
-    assert G.supports(Problem(M=16, **base))
-    assert not G.supports(Problem(M=17, **base))
-    assert not G.supports(Problem(M=0, **base))
-    assert not G.supports(Problem(M=1, **{**base, "dtype": "float32"}))
-    assert G.supports(Problem(M=1, **{**base, "bits": 8}))
-    assert G.supports(Problem(M=16, **{**base, "bits": 2}))
-    assert not G.supports(Problem(M=1, **{**base, "bits": 3}))
-    assert not G.supports(Problem(M=1, **{**base, "block_size": 256}))
-    assert not G.supports(Problem(M=1, **{**base, "N": 4100}))
-    assert not G.supports(Problem(M=1, **{**base, "K": 4100}))
-    assert not G.supports(Problem(M=1, zero_points="typed", **base))
-    assert not G.supports(Problem(M=1, has_g_idx=True, **base))
-    assert G.supports(Problem(M=1, zero_points="packed", has_bias=True, **base))  # bias added by the route
+    assert GT.supports(Problem(M=1, **base))
+    assert GT.supports(Problem(M=16, **base))
+    assert not GT.supports(Problem(M=17, **base))
+    assert not GT.supports(Problem(M=0, **base))
+    assert not GT.supports(Problem(M=1, **{**base, "dtype": "float32"}))
+    assert GT.supports(Problem(M=1, **{**base, "bits": 8}))
+    assert GT.supports(Problem(M=16, **{**base, "bits": 2}))
+    assert not GT.supports(Problem(M=1, **{**base, "bits": 3}))
+    assert not GT.supports(Problem(M=1, **{**base, "block_size": 256}))
+    assert not GT.supports(Problem(M=1, **{**base, "N": 4100}))
+    assert not GT.supports(Problem(M=1, **{**base, "K": 4100}))
+    assert not GT.supports(Problem(M=1, zero_points="typed", **base))
+    assert not GT.supports(Problem(M=1, has_g_idx=True, **base))
+    assert GT.supports(Problem(M=1, zero_points="packed", has_bias=True, **base))  # bias added by the route
 
 
 @pytest.mark.parametrize("bits", L.BITS)
-@pytest.mark.parametrize("bs", G.BLOCK_SIZES)
+@pytest.mark.parametrize("bs", GT.BLOCK_SIZES)
 @pytest.mark.parametrize("N,K", [(8, 40), (40, 200), (32, 256)])
 def test_pack_weights_round_trip(rng, bits, bs, N, K):
     kb = -(-K // bs)
@@ -279,7 +279,7 @@ def test_pack_weights_fragment_positions(rng):
         np.testing.assert_array_equal((w2[:, vec, :, wi] >> np.uint32(sh)) & np.uint32(0x33333333), w4[:, c, :, q])
 
 
-@pytest.mark.parametrize("bs", G.BLOCK_SIZES)
+@pytest.mark.parametrize("bs", GT.BLOCK_SIZES)
 @pytest.mark.parametrize("N,K", [(8, 40), (40, 200), (32, 256)])
 def test_prepack_round_trip(rng, bs, N, K):
     kb = -(-K // bs)
@@ -328,5 +328,5 @@ def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
     plan = G.build(w, p)
     assert plan.tactic == T.parse("t1w2u1p1r3g1")
     if SIM:
-        assert plan.grid == min(3, G.SIM_SM_COUNT)  # 3 tile groups over the persistent CTAs
+        assert plan.grid == min(3, GT.SIM_SM_COUNT)  # 3 tile groups over the persistent CTAs
     _check(_run(w, A, 1), ref, "float16")

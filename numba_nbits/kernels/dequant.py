@@ -225,9 +225,6 @@ class DequantGemmPlan(Plan):
 
             self.handle = cublas.handle_for(w.device_id)
 
-    def debug_fields(self) -> dict:
-        return {"packing_sm": "n/a", "weight_format": "ort", "kernel": self.kernel, "tactic": self.tactic}
-
     def _scratch(self, stream: int):
         sc = getattr(self._tls, "scratch", None)
         if sc is None:

@@ -6,7 +6,7 @@ checked) and builds the plan for one M (``build(weights, problem, config, route)
 its launches with their parameters pre-packed; ``run`` rewrites the A / Y pointers and launches them.
 
 When the route serves bias with the separate bias-add kernel (ORT's "retry without bias"), the
-dispatcher attaches that launch to the plan once with ``add_bias``; ``run`` then follows the
+dispatcher attaches that launch to the plan once with ``add_bias(weights, M)``; ``run`` then follows the
 family's launches with it. Nothing else in the package wires bias.
 """
 from __future__ import annotations
@@ -39,13 +39,19 @@ class Plan:
             b.set_array(0, out.flat())
             b.launch(stream)
 
-    def add_bias(self, launch) -> None:
-        """Attach the bias-add launch (argument 0 is pointed at each call's Y by ``run``)."""
-        self.bias_launch = launch
+    def add_bias(self, weights, M: int) -> None:
+        """Attach the bias-add launch for ``weights.bias`` over an (M, N) output (argument 0 is pointed at
+        each call's Y by ``run``); the plan's kernel name gains ``+bias_add``."""
+        from .bias import bind_bias_add
+
+        w = weights
+        self.bias_launch = bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N)
+        self.kernel = f"{self.kernel}+bias_add"
 
     def debug_fields(self) -> dict:
-        """``name -> value`` pairs for the fpA_intB debug line."""
-        return {"kernel": self.kernel, "tactic": self.tactic}
+        """The plan's fields of the ``ORT_FPA_INTB_DEBUG`` line: ``packing_sm`` and ``weight_format`` (what
+        a plan reading ORT's layout reports: ``n/a``, ``ort``), ``kernel`` and ``tactic``."""
+        return {"packing_sm": "n/a", "weight_format": "ort", "kernel": self.kernel, "tactic": self.tactic}
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,12 @@ GEMM's ``default_tactic(M)`` serves instead.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import replace
 
 import numpy as np
 
 from ..dispatch.profiler import Candidate, TacticProfiler
-from . import FAMILY_MODULES
+from . import get_family
 from .family import KernelFamily, Plan
 from .mixed_gemm.tactics import supports
 
@@ -59,27 +58,9 @@ def required_weight_prepacked_format(packing: int) -> int:
     return 2 if packing == 90 else 1
 
 
-class _WithBiasAdd(Plan):
-    """A bias-less candidate plan with the fp32 bias-add launch attached (ORT's retry path)."""
-
-    def __init__(self, plan, weights, M: int):
-        from .bias import bind_bias_add
-
-        self.plan = plan
-        self.route = plan.route
-        self.kernel = f"{getattr(plan, 'kernel', plan.route)}+bias_add"
-        self.tactic = getattr(plan, "tactic", "n/a")
-        w = weights
-        self.add_bias(bind_bias_add(w.bias, w.bias, act=w.dtype, total=M * w.N, n=w.N))
-
-    def enqueue(self, a, out, stream: int) -> None:
-        self.plan.run(a, out, stream)
-
-
 def build_candidate(weights, problem, config, cand: Candidate, arch: int):
     """The plan of one profiler candidate for ``problem`` (fixed M); bias always served."""
     from ..dispatch.routes import route_named
-    from . import FAMILY_MODULES
 
     if cand.kind == "mixed_gemm":
         from . import mixed_gemm
@@ -94,19 +75,19 @@ def build_candidate(weights, problem, config, cand: Candidate, arch: int):
         plan, bias = dequant.build(weights, problem, config, route=cand.name), "add"
     elif cand.kind == "gemv":
         route = route_named(cand.route)
-        module = importlib.import_module(FAMILY_MODULES[route.family], __package__)
+        family = get_family(route.family)
         if cand.variant:  # a knob-gated tensor-core tactic (kernels/gemv/tactics.py)
             from .gemv import tactics as gemv_tactics
 
             tac = gemv_tactics.tactic(cand.variant, weights, problem)
-            plan = module.build(weights, problem, config, kernel="mma", tactic=tac)
+            plan = family.build(weights, problem, config, route.name, kernel="mma", tactic=tac)
         else:
-            plan = module.build(weights, problem, config)
+            plan = family.build(weights, problem, config, route.name)
         bias = route.bias
     else:
         raise ValueError(f"unknown fpA_intB candidate {cand!r}")
     if weights.bias is not None and bias == "add":
-        plan = _WithBiasAdd(plan, weights, problem.M)
+        plan.add_bias(weights, problem.M)
     return plan
 
 

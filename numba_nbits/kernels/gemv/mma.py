@@ -23,35 +23,12 @@ from .. import intrinsics as _I
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
 from ..family import Plan
-from .layout import BITS, MMA_LAYOUTS, TILE_N, Packed, prepack
+from .layout import MMA_LAYOUTS, TILE_N, Packed, prepack
 from .mma_ring import gen_ring_source
 from .mma_source import gen_source
-from .tactics import Tactic, default_tactic
+from .tactics import Tactic, default_tactic, sm_count, supports
 
 ROUTE = "gemv_mma"
-BLOCK_SIZES = (16, 32, 64, 128)
-MAX_M = 16
-#: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
-SIM_SM_COUNT = 2
-
-
-def supports(problem) -> bool:
-    """Whether the tensor-core GEMV serves ``problem`` (module docstring: guards)."""
-    p = problem
-    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
-            and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
-            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
-
-
-def sm_count(simulated: bool) -> int:
-    """SMs of the current device (``SIM_SM_COUNT`` on the simulator)."""
-    if simulated:
-        return SIM_SM_COUNT
-    from .core import device_info  # cached current-device query (as the CUDA-core engine's)
-
-    return device_info()[0]
-
-
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
     """Python source of one specialisation: the ring kernel for ``tac.ring``, else the plain one."""
     return (gen_ring_source if tac.ring else gen_source)(act, MT, tac, BS, ZP, bits, l2pf)

@@ -45,7 +45,31 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .layout import MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
+from .layout import BITS, MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
+
+#: what the tensor-core GEMV serves (``supports``) and the SMs its grids are sized for (``sm_count``)
+BLOCK_SIZES = (16, 32, 64, 128)
+MAX_M = 16
+#: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
+SIM_SM_COUNT = 2
+
+
+def supports(problem) -> bool:
+    """Whether the tensor-core GEMV serves ``problem`` (module docstring: guards)."""
+    p = problem
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
+            and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
+            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
+
+
+def sm_count(simulated: bool) -> int:
+    """SMs of the current device (``SIM_SM_COUNT`` on the simulator)."""
+    if simulated:
+        return SIM_SM_COUNT
+    from .core import device_info  # cached current-device query (as the CUDA-core engine's)
+
+    return device_info()[0]
+
 
 #: version of the generated tensor-core kernels the tuned tables were measured with
 KERNEL_VERSION = 1
@@ -231,8 +255,6 @@ WAVE_RING = {1: 3, 2: 2}
 
 def applies(variant: str, problem) -> bool:
     """Whether ``variant`` can serve ``problem`` (its M, dtype, bits, ...)."""
-    from .mma import supports
-
     p = problem
     if not supports(p) or p.M >= 16:
         return False
@@ -265,8 +287,6 @@ def wave_tactic(N: int, K: int, block_size: int, M: int, bits: int, sm_count: in
 
 def tactic(variant: str, weights, problem) -> Tactic:
     """The ``Tactic`` of ``variant`` for ``problem`` over ``weights``."""
-    from .mma import sm_count
-
     if not applies(variant, problem):
         raise ValueError(f"GEMV tactic {variant!r} does not serve {problem.describe()}")
     w = weights

@@ -64,7 +64,7 @@ def build_cuda_core(weights, problem, route: str = ROUTE) -> core.GemvPlan:
 
 def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "auto", tactic=None):
     """Plan for ``problem`` over ``weights``. ``kernel``: "auto" (tensor cores, ``mma``, for fp16/bf16
-    when ``mma.supports`` the problem, else CUDA cores), "cuda_core" or "mma"; ``tactic``: a
+    when ``tactics.supports`` the problem, else CUDA cores), "cuda_core" or "mma"; ``tactic``: a
     ``tactics.Tactic`` for the tensor-core plan."""
     return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel,
                        tactic)

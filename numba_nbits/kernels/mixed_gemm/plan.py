@@ -87,7 +87,7 @@ class MixedGemmPlan(Plan):
                                weights.k_blocks, n_full, int(half), ws, cnt, sps))
 
     def debug_fields(self) -> dict:
-        return {"packing_sm": self.packed.arch, "kernel": self.kernel, "tactic": self.tactic.name}
+        return {**super().debug_fields(), "packing_sm": self.packed.arch, "tactic": self.tactic.name}
 
     def enqueue(self, a: DevArray, out: DevArray, stream: int) -> None:
         M, K, N = self.M, self.K, self.N
