@@ -26,9 +26,9 @@ through ``cuda.experimental.inline_ptx`` on numba-cuda-mlir.
   data, shape..., strides (bytes)...``; numba-cuda-mlir passes a memref descriptor, ``3 + 2 * ndim``
   parameters ``allocated, aligned, offset, shape..., strides (elements)...`` (read off the ``.param``
   list and the index arithmetic of its PTX for ``float32[::1]``). ``array_params`` builds either.
-* ``compile_cubin(pyfunc, argtypes, options, cc)`` -> ``(entry name, cubin bytes, dispatcher, loaded
-  numba Function or None)`` (numba-cuda-mlir's cubin is loaded by the launcher through the driver)
-  and ``compile_ptx(pyfunc, argtypes, cc, **options)``: one specialisation through the selected compiler.
+* ``compile_kernel(pyfunc, argtypes, options, cc)`` and ``compile_ptx(pyfunc, argtypes, cc, **options)``:
+  one specialisation through the selected compiler (numba-cuda-mlir's cubin is loaded by the launcher
+  through the driver, numba-cuda's by numba).
 * ``version()``: ``"<name>-<package version>"``, part of the compiled-kernel cache key.
 
 sm_90a: numba-cuda targets the arch-specific ``sm_90a`` of an sm_90 device, numba-cuda-mlir plain
@@ -182,15 +182,16 @@ def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options
     return ptx
 
 
-def compile_cubin(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cc: tuple[int, int]):
-    """Compile kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) with ``options`` on the current
-    device: ``(entry name, cubin bytes, dispatcher, loaded numba Function)``."""
+def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc):
+    """Compile kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) with ``options`` for the current
+    device: ``(dispatcher, loaded numba Function, None)`` on numba-cuda (the cubin stays in numba's code
+    library; numba asks the device itself), ``(dispatcher, None, (entry name, cubin))`` on numba-cuda-mlir
+    (for the compute capability ``current_cc()`` returns; loaded by the launcher)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
-    disp = c.jit(sig, **jit_options(options, cc))(rebind(pyfunc))
     if compiler() == "mlir":
+        disp = c.jit(sig, **jit_options(options, current_cc()))(rebind(pyfunc))
         cres = disp.compile(sig)
-        return cres.metadata["func_name"], bytes(cres.metadata["cubin"]), disp, None
-    kern = next(iter(disp.overloads.values()))
-    lib = kern._codelibrary
-    return lib._entry_name, lib.get_cubin(cc=tuple(cc)), disp, lib.get_cufunc()
+        return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
+    disp = c.jit(sig, **options)(pyfunc)
+    return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None

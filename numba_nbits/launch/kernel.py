@@ -12,7 +12,7 @@
   data, shape..., strides...`` (meminfo and parent written as 0; strides in bytes); on numba-cuda-mlir
   ``3 + 2 * ndim``, a memref descriptor ``allocated, aligned, offset, shape..., strides...`` (strides in
   elements).
-* Compilation goes through ``backend.compile_cubin`` (numba-cuda or numba-cuda-mlir, ``NUMBA_NBITS_BACKEND``);
+* Compilation goes through ``backend.compile_kernel`` (numba-cuda or numba-cuda-mlir, ``NUMBA_NBITS_BACKEND``);
   a numba-cuda-mlir cubin is loaded through the driver (``cuModuleLoadData``), as is any cached cubin.
 * ``set_array`` / ``set_scalar`` rewrite single slots (an activation or output pointer per call), and
   ``launch`` is one ``cuLaunchKernel`` call through cuda-bindings on the caller's stream, with the
@@ -66,7 +66,7 @@ class Kernel:
         self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module); None: driver-loaded
         self._module = None  # the CUmodule of a driver-loaded cubin (kept: it owns the function)
         self._blob = None  # the driver-loaded cubin image
-        self._compiled = None  # (entry name, cubin) of this process's compilation
+        self._image = None  # (entry name, cubin) of a numba-cuda-mlir compilation
         self._layout = None  # per argument: (first slot, number of slots, kind, type, data-pointer slot)
         self._max_dyn_shared = 0
         self.from_cache = False  # True when the cubin came from the compiled-kernel cache
@@ -84,14 +84,14 @@ class Kernel:
                         opts = {k: v for k, v in self.options.items() if k not in _GPU_ONLY_JIT_OPTIONS}
                         self._disp = cuda.jit(**opts)(self.pyfunc)
                     else:
-                        entry, cubin, disp, cufunc = backend.compile_cubin(self.pyfunc, self.argtypes,
-                                                                           self.options, _current_cc())
+                        disp, cufunc, image = backend.compile_kernel(self.pyfunc, self.argtypes, self.options,
+                                                                     _current_cc)
                         if self._func is None:  # loads the module now, not at launch
                             if cufunc is not None:
                                 self._set_function(cufunc)
                             else:
-                                self._load(entry, cubin)
-                        self._compiled = (entry, cubin)
+                                self._load(*image)
+                        self._image = image
                         self._disp = disp
         return self._disp
 
@@ -129,7 +129,7 @@ class Kernel:
             self.dispatcher()
             if key is not None:
                 try:
-                    entry, cubin = self._compiled
+                    entry, cubin = self._entry_and_cubin()
                     cache.store(key, self, entry, _cubin_bytes(cubin))
                 except Exception as e:  # noqa: BLE001
                     cache.note_error(e)
@@ -138,6 +138,14 @@ class Kernel:
         self._cufunc = cufunc
         self._func = _drv().CUfunction(int(cufunc.handle))
         self._layout = _layout_of(self.argtypes)
+
+    def _entry_and_cubin(self):
+        """(entry name, cubin) of this process's compilation: numba-cuda-mlir's image, or numba-cuda's
+        code library asked for the current device's cubin."""
+        if self._image is not None:
+            return self._image
+        lib = next(iter(self._disp.overloads.values()))._codelibrary
+        return lib._entry_name, lib.get_cubin(cc=_current_cc())
 
     def _load(self, entry: str, cubin: bytes) -> None:
         """Load ``cubin`` through the driver in the current context and keep its function ``entry``."""

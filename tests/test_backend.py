@@ -1,0 +1,237 @@
+"""backend.py: ``NUMBA_NBITS_BACKEND`` selection and its errors, each backend's kernel ABI and ``cuda.jit``
+options, the kernel-cache key's backend part, and -- where numba-cuda-mlir is importable -- every intrinsic
+compiled by numba-cuda-mlir to PTX holding its instruction, and sm_90a through ``chip``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from numba_nbits import backend, launch
+from numba_nbits import config as C
+from numba_nbits.launch import cache as kcache
+from numba_nbits.launch import kernel as launch_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_parse_backend_default_choices_and_errors():
+    assert backend.DEFAULT == "numba" and backend.BACKENDS == ("numba", "mlir")
+    assert backend.parse_backend(None) == backend.parse_backend("") == backend.parse_backend("  ") == "numba"
+    assert backend.parse_backend("numba") == "numba"
+    assert backend.parse_backend(" MLIR ") == "mlir"
+    for bad in ("llvm", "numba-cuda", "1"):
+        with pytest.raises(ValueError, match=f'NUMBA_NBITS_BACKEND must be one of numba, mlir; got "{bad}"'):
+            backend.parse_backend(bad)
+    assert C.ENV_BACKEND == "NUMBA_NBITS_BACKEND"
+    assert C.ENV_BACKEND in [r.name for r in C.PROCESS_ENV_TABLE]
+
+
+def _import_backend(value: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NUMBA_NBITS_BACKEND=value, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    code = "import numba_nbits.backend as b; print(b.NAME, b.compiler())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_backend_is_read_from_the_environment_at_import_and_the_simulator_is_numba_cuda():
+    r = _import_backend("mlir")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["mlir", "numba"]  # asked for mlir; the simulator is numba-cuda's
+    r = _import_backend("bogus")
+    assert r.returncode != 0
+    assert 'NUMBA_NBITS_BACKEND must be one of numba, mlir; got "bogus"' in r.stderr
+
+
+@pytest.fixture
+def as_backend(monkeypatch):
+    def use(name):
+        monkeypatch.setattr(backend, "compiler", lambda: name)
+
+    return use
+
+
+def test_array_abi_per_backend(as_backend):
+    shape, strides = (3, 5), (40, 8)  # int64 elements, row pitch 5
+    as_backend("numba")
+    assert backend.array_slots(2) == 9 and backend.array_ptr_slot() == 4
+    assert backend.array_params(0x1000, shape, strides, 8) == (0, 0, 15, 8, 0x1000, 3, 5, 40, 8)
+    as_backend("mlir")
+    assert backend.array_slots(2) == 7 and backend.array_ptr_slot() == 1
+    assert backend.array_params(0x1000, shape, strides, 8) == (0x1000, 0x1000, 0, 3, 5, 5, 1)
+    from numba.cuda import types
+
+    layout, nslots = launch_kernel._layout_of((types.float32[:, ::1], types.int64, types.uint32[::1]))
+    assert nslots == 7 + 1 + 5
+    assert layout[0][:3] == (0, 7, "array") and layout[0][4] == 1
+    assert layout[1][:3] == (7, 1, "scalar") and layout[1][4] is None
+    assert layout[2][:3] == (8, 5, "array") and layout[2][4] == 9
+
+
+def test_jit_options_per_backend(as_backend):
+    opts = {"fastmath": False, "launch_bounds": (128, 2), "max_registers": 64, "lineinfo": True,
+            "forceinline": True}
+    as_backend("numba")
+    assert backend.jit_options(opts, (9, 0)) == opts
+    as_backend("mlir")
+    mapped = backend.jit_options(opts, (9, 0))
+    assert mapped == {"fastmath": False, "launch_bounds": (128, 2), "max_registers": 64, "lineinfo": True,
+                      "inline": "always", "chip": "sm_90a"}
+    assert "chip" not in backend.jit_options({}, (8, 0))
+    assert backend.jit_options({"chip": "sm_90"}, (9, 0)) == {"chip": "sm_90"}
+
+
+class _FakeDrv:
+    @staticmethod
+    def cuDriverGetVersion():
+        return 0, 13000
+
+
+class _FakeNVVM:
+    @staticmethod
+    def get_version():
+        return (2, 0)
+
+
+def _kern(out):
+    out[0] = 1.0
+
+
+def test_cache_key_differs_by_backend(monkeypatch, as_backend):
+    from numba.cuda import types
+    from numba.cuda.cudadrv import nvvm
+
+    monkeypatch.setattr(nvvm, "NVVM", _FakeNVVM)  # the toolchain's parts that need a GPU (or NVVM)
+    monkeypatch.setattr(kcache, "_drv", lambda: _FakeDrv())
+    monkeypatch.setattr(kcache, "_current_cc", lambda: (9, 0))
+    keys = {}
+    for name in backend.BACKENDS:
+        as_backend(name)
+        cache = kcache._KernelCache("/nonexistent")
+        assert cache.toolchain().startswith(f"backend={name}-")
+        keys[name] = cache.key(launch.Kernel(_kern, (types.float32[::1],), name="k"))
+    assert keys["numba"] != keys["mlir"]
+    assert "backend.py" in kcache.KERNEL_SOURCES  # editing the backend layer changes every key
+
+
+# ----------------------------------------------------------------------- numba-cuda-mlir, without a GPU
+
+# intrinsic -> (its test kernel's argument dtypes (out, in), the instruction its PTX must hold)
+_EXPECTED = {
+    "u32_as_f32": ((np.float32, np.uint32), "mov.b32"),
+    "f32_as_u32": ((np.uint32, np.float32), "mov.b32"),
+    "bf16_to_f32": ((np.float32, np.uint16), "mov.b32"),
+    "f32_to_bf16": ((np.uint16, np.float32), "cvt.rn.bf16.f32"),
+    "f32_to_f16": ((np.uint16, np.float32), "cvt.rn.f16.f32"),
+    "ldg_v4": ((np.uint32, np.uint32), "ld.global.nc.v4.u32"),
+    "ldg_v2": ((np.uint32, np.uint32), "ld.global.nc.v2.u32"),
+    "st_v4": ((np.uint32, np.uint32), "st.global.v4.b32"),
+    "st_v2": ((np.uint32, np.uint32), "st.global.v2.b32"),
+    "ldcg": ((np.uint32, np.uint32), "ld.global.cg"),
+    "prefetch_l2": ((np.uint32, np.uint32), "prefetch.global.L2"),
+    "pack_f16x2": ((np.uint32, np.float32), "cvt.rn.f16x2.f32"),
+    "pack_bf16x2": ((np.uint32, np.float32), "cvt.rn.bf16x2.f32"),
+    "fma_f16x2": ((np.uint32, np.uint32), "fma.rn.f16x2"),
+    "fma_bf16x2": ((np.uint32, np.uint32), "fma.rn.bf16x2"),
+    "mma_f16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+    "mma_bf16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+}
+
+
+def _test_kernel(name, I):  # noqa: N803 - I: the intrinsics module
+    """A one-thread kernel that calls intrinsic ``name`` (written against numba-cuda's ``cuda``, as the
+    project's kernels are; ``backend.rebind`` points it at numba-cuda-mlir's)."""
+    f = getattr(I, name)
+    if name in ("ldg_v4",):
+        def k(o, x):
+            a, b, c, d = f(x, cuda.threadIdx.x)
+            o[0] = a + b + c + d
+    elif name == "ldg_v2":
+        def k(o, x):
+            a, b = f(x, cuda.threadIdx.x)
+            o[0] = a + b
+    elif name == "st_v4":
+        def k(o, x):
+            f(o, 4, x[0], x[1], x[2], x[3])
+    elif name == "st_v2":
+        def k(o, x):
+            f(o, 2, x[0], x[1])
+    elif name in ("ldcg",):
+        def k(o, x):
+            o[0] = f(x, 3)
+    elif name == "prefetch_l2":
+        def k(o, x):
+            f(x, cuda.threadIdx.x)
+    elif name in ("pack_f16x2", "pack_bf16x2"):
+        def k(o, x):
+            o[0] = f(x[0], x[1])
+    elif name in ("fma_f16x2", "fma_bf16x2"):
+        def k(o, x):
+            o[0] = f(x[0], x[1], x[2])
+    elif name.startswith("mma_"):
+        def k(o, x):
+            d = f(x[0], x[1], x[2], x[3], x[4], x[5], 0.0, 0.0, 0.0, 0.0)
+            o[0] = d[0] + d[1] + d[2] + d[3]
+    else:
+        def k(o, x):
+            o[0] = f(x[0])
+    return k
+
+
+@pytest.fixture
+def mlir_offline():
+    """numba-cuda-mlir able to compile here: skipped when it is not importable; without a GPU its private
+    compute-capability cache is primed with 9.0 (it asks the device even when ``chip`` names the target)."""
+    pytest.importorskip("numba_cuda_mlir")
+    import numba_cuda_mlir.tools as tools
+
+    primed = tools._cached_cc is None and not _has_gpu()
+    if primed:
+        tools._cached_cc = (9, 0)
+    yield
+    if primed:
+        tools._cached_cc = None
+
+
+def _has_gpu() -> bool:
+    try:
+        from cuda.bindings import driver
+
+        return int(driver.cuInit(0)[0]) == 0
+    except Exception:  # noqa: BLE001 - no driver library
+        return False
+
+
+def test_every_intrinsic_compiles_under_numba_cuda_mlir(mlir_offline, as_backend):
+    from numba.cuda import types
+
+    from numba_nbits.kernels import intrinsics, intrinsics_mlir
+
+    assert set(_EXPECTED) == set(intrinsics.TWINS)  # every intrinsic is covered
+    as_backend("mlir")
+    for name, ((out_dt, in_dt), instr) in _EXPECTED.items():
+        argtypes = (getattr(types, np.dtype(out_dt).name)[::1], getattr(types, np.dtype(in_dt).name)[::1])
+        ptx = backend.compile_ptx(_test_kernel(name, intrinsics_mlir), argtypes, (9, 0))
+        assert instr in ptx, name
+
+
+def test_sm90a_through_chip_under_numba_cuda_mlir(mlir_offline):
+    from numba_cuda_mlir import cuda as mcuda
+    from numba_cuda_mlir import types as mt
+
+    import numba_cuda_mlir.cuda.experimental  # noqa: F401
+
+    def fence(out):
+        mcuda.experimental.inline_ptx("wgmma.fence.sync.aligned;")
+        out[0] = 1.0
+
+    sig = mt.void(mt.float32[::1])
+    cres = mcuda.jit(sig, chip=backend.SM90A_CHIP)(fence).compile(sig)
+    assert ".target sm_90a" in cres.metadata["ptx"] and len(cres.metadata["cubin"]) > 0
+    with pytest.raises(Exception, match="PTX"):  # plain sm_90 (cc=(9, 0)): ptxas refuses wgmma
+        mcuda.jit(sig, cc=(9, 0))(fence).compile(sig)
