@@ -157,18 +157,49 @@ def array_params(ptr: int, shape: tuple, strides: tuple, itemsize: int) -> tuple
     return (0, 0, n, itemsize, ptr, *shape, *strides)
 
 
+_REBOUND: dict = {}  # id(numba-cuda object) -> (the object, its numba-cuda-mlir counterpart)
+
+
 def rebind(pyfunc):
-    """``pyfunc`` with every global that names numba-cuda's ``cuda`` module bound to the selected
-    compiler's instead (numba-cuda-mlir types ``cuda.*`` attributes only on its own module)."""
+    """``pyfunc`` for the selected compiler. On numba-cuda-mlir: a copy whose globals and closure cells
+    that name numba-cuda's ``cuda`` module or a numba-cuda scalar type name numba-cuda-mlir's, and whose
+    numba-cuda device functions (``@cuda.jit(device=True)``) are recompiled by numba-cuda-mlir from their
+    Python source, recursively (numba-cuda-mlir types ``cuda.*`` only on its own module and calls only its
+    own dispatchers). So kernel source is written once, against numba-cuda's names."""
     if compiler() != "mlir":
         return pyfunc
+    return _rebound(pyfunc)
+
+
+def _rebound_value(v):
+    from numba import cuda as nc
+    from numba.cuda import types as nct
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    if v is nc:
+        return cuda()
+    if isinstance(v, nct.Number):  # a dtype constant (``cuda.shared.array(n, F32T)``)
+        return getattr(types(), v.name)
+    if isinstance(v, CUDADispatcher) and v.targetoptions.get("device"):
+        hit = _REBOUND.get(id(v))
+        if hit is None:
+            hit = _REBOUND[id(v)] = (v, cuda().jit(device=True)(_rebound(v.py_func)))
+        return hit[1]
+    return v
+
+
+def _rebound(pyfunc):
     import types as pytypes
 
-    from numba import cuda as nc
-
-    mc = cuda()
-    g = {k: (mc if v is nc else v) for k, v in pyfunc.__globals__.items()}
-    fn = pytypes.FunctionType(pyfunc.__code__, g, pyfunc.__name__, pyfunc.__defaults__, pyfunc.__closure__)
+    code = pyfunc.__code__
+    g = dict(pyfunc.__globals__)
+    for name in code.co_names:
+        if name in g:
+            g[name] = _rebound_value(g[name])
+    cells = None
+    if pyfunc.__closure__:
+        cells = tuple(pytypes.CellType(_rebound_value(c.cell_contents)) for c in pyfunc.__closure__)
+    fn = pytypes.FunctionType(code, g, pyfunc.__name__, pyfunc.__defaults__, cells)
     fn.__kwdefaults__ = pyfunc.__kwdefaults__
     fn.__qualname__ = pyfunc.__qualname__
     return fn

@@ -221,10 +221,12 @@ def test_every_intrinsic_compiles_under_numba_cuda_mlir(mlir_offline, as_backend
 
 
 def test_sm90a_through_chip_under_numba_cuda_mlir(mlir_offline):
+    import importlib
+
     from numba_cuda_mlir import cuda as mcuda
     from numba_cuda_mlir import types as mt
 
-    import numba_cuda_mlir.cuda.experimental  # noqa: F401
+    importlib.import_module("numba_cuda_mlir.cuda.experimental")
 
     def fence(out):
         mcuda.experimental.inline_ptx("wgmma.fence.sync.aligned;")
@@ -235,3 +237,39 @@ def test_sm90a_through_chip_under_numba_cuda_mlir(mlir_offline):
     assert ".target sm_90a" in cres.metadata["ptx"] and len(cres.metadata["cubin"]) > 0
     with pytest.raises(Exception, match="PTX"):  # plain sm_90 (cc=(9, 0)): ptxas refuses wgmma
         mcuda.jit(sig, cc=(9, 0))(fence).compile(sig)
+
+
+_PROJECT_KERNELS = """
+import numba_cuda_mlir.tools as tools
+from cuda.bindings import driver
+try:
+    gpu = int(driver.cuInit(0)[0]) == 0
+except Exception:
+    gpu = False
+if not gpu:
+    tools._cached_cc = (9, 0)  # numba-cuda-mlir asks the device even when chip names the target
+from numba_nbits import backend
+from numba_nbits.kernels import bias, dequant, intrinsics
+assert backend.compiler() == "mlir" and intrinsics.MLIR
+kernels = [bias.bias_add_kernel("bfloat16"), dequant.dequant_kernel(4, "float16", "typed", True)]
+kernels += [dequant.dequant_kernel(bits, "float16", "packed", False) for bits in (2, 4, 8)]
+for k in kernels:
+    ptx = backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0))
+    assert ".target sm_90" in ptx and ".entry" in ptx, k.name
+    print(k.name, "st.global.v4.b32" in ptx)
+"""
+
+
+def test_project_kernels_compile_under_numba_cuda_mlir():
+    """Kernel source written against numba-cuda (its ``cuda`` module, ``@cuda.jit(device=True)`` helpers,
+    numba-cuda dtype constants, the intrinsics) compiles unchanged under ``NUMBA_NBITS_BACKEND=mlir``
+    outside the simulator (a process of its own: the backend is read once)."""
+    pytest.importorskip("numba_cuda_mlir")
+    env = dict(os.environ, NUMBA_NBITS_BACKEND="mlir", NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", _PROJECT_KERNELS], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.split("\n")
+    assert len([ln for ln in lines if ln.strip()]) == 5
+    assert any(ln.startswith("dequant_w4_float16_packed_vec") and ln.endswith("True") for ln in lines), r.stdout
