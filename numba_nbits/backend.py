@@ -67,10 +67,10 @@ NAME = parse_backend(os.environ.get(ENV_BACKEND))
 
 
 def simulated() -> bool:
-    """True on numba-cuda's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
-    from .launch.driver import simulated as _simulated
+    """True on numba-cuda's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, fixed once numba is imported)."""
+    from numba.cuda.core import config
 
-    return _simulated()
+    return bool(config.ENABLE_CUDASIM)
 
 
 def compiler() -> str:
