@@ -110,22 +110,22 @@ def fma_bf16x2(a, b, c):
                                                   "r", np.uint32(b), "r", np.uint32(c)))
 
 
-@_device
-def mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    return cuda.experimental.inline_ptx(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %11, %12, %13};", "=f", _F0, "=f", _F0, "=f", _F0, "=f", _F0,
-        "r", np.uint32(a0), "r", np.uint32(a1), "r", np.uint32(a2), "r", np.uint32(a3), "r", np.uint32(b0),
-        "r", np.uint32(b1), "f", np.float32(c0), "f", np.float32(c1), "f", np.float32(c2), "f", np.float32(c3))
+def _mma(kind: str):
+    """``mma_{kind}``: one ``mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32`` (see intrinsics.py)."""
+    ptx = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "
+           "{%8, %9}, {%10, %11, %12, %13};")
+
+    def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        return cuda.experimental.inline_ptx(
+            ptx, "=f", _F0, "=f", _F0, "=f", _F0, "=f", _F0,
+            "r", np.uint32(a0), "r", np.uint32(a1), "r", np.uint32(a2), "r", np.uint32(a3), "r", np.uint32(b0),
+            "r", np.uint32(b1), "f", np.float32(c0), "f", np.float32(c1), "f", np.float32(c2), "f", np.float32(c3))
+
+    mma.__name__ = mma.__qualname__ = f"mma_{kind}"
+    return _device(mma)
 
 
-@_device
-def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    return cuda.experimental.inline_ptx(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %11, %12, %13};", "=f", _F0, "=f", _F0, "=f", _F0, "=f", _F0,
-        "r", np.uint32(a0), "r", np.uint32(a1), "r", np.uint32(a2), "r", np.uint32(a3), "r", np.uint32(b0),
-        "r", np.uint32(b1), "f", np.float32(c0), "f", np.float32(c1), "f", np.float32(c2), "f", np.float32(c3))
-
+mma_f16 = _mma("f16")
+mma_bf16 = _mma("bf16")
 
 ldcg = cuda.ldcg
