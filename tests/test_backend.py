@@ -257,6 +257,13 @@ for k in kernels:
     ptx = backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0))
     assert ".target sm_90" in ptx and ".entry" in ptx, k.name
     print(k.name, "st.global.v4.b32" in ptx)
+# the launcher's path: a cubin and its entry name, launch bounds kept, sm_90a on a 9.0 device
+k = kernels[0]
+disp, cufunc, (entry, cubin) = backend.compile_kernel(k.pyfunc, k.argtypes, {"launch_bounds": (256, 2)},
+                                                      lambda: (9, 0))
+ptx = disp.compile(backend.types().void(*backend.argtypes(k.argtypes))).metadata["ptx"]
+assert cufunc is None and cubin[:4] == b"\x7fELF" and f".entry {entry}(" in ptx
+assert ".target sm_90a" in ptx and ".maxntid 256, 1, 1" in ptx and ".minnctapersm 2" in ptx
 """
 
 

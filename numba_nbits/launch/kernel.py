@@ -3,7 +3,7 @@
 * ``Kernel`` holds a ``@cuda.jit`` Python function and its explicit numba signature. It is compiled
   the first time it is needed (never at import), or its cubin is loaded from the compiled-kernel
   cache (``launch/cache.py``), and the loaded ``CUfunction`` is kept. ``Kernel.dispatcher()`` still
-  compiles through numba when a tool needs the dispatcher itself (PTX / SASS inspection).
+  compiles when a tool needs the dispatcher itself (PTX / SASS inspection).
 * ``Launch`` binds a ``Kernel`` to a grid, a block, dynamic shared memory and its arguments. The
   arguments are packed once into the selected backend's kernel ABI inside one int64 buffer, with a
   ``void**`` table pointing at the slots. Every slot is 8 bytes wide; a scalar takes one slot (in its low
@@ -12,8 +12,9 @@
   data, shape..., strides...`` (meminfo and parent written as 0; strides in bytes); on numba-cuda-mlir
   ``3 + 2 * ndim``, a memref descriptor ``allocated, aligned, offset, shape..., strides...`` (strides in
   elements).
-* Compilation goes through ``backend.compile_kernel`` (numba-cuda or numba-cuda-mlir, ``NUMBA_NBITS_BACKEND``);
-  a numba-cuda-mlir cubin is loaded through the driver (``cuModuleLoadData``), as is any cached cubin.
+* Compilation goes through ``backend.compile_kernel`` (numba-cuda or numba-cuda-mlir, selected by
+  ``NUMBA_NBITS_BACKEND``). numba-cuda loads its cubins itself (and cached ones through its context);
+  a numba-cuda-mlir cubin, compiled or cached, is loaded through the driver (``cuModuleLoadData``).
 * ``set_array`` / ``set_scalar`` rewrite single slots (an activation or output pointer per call), and
   ``launch`` is one ``cuLaunchKernel`` call through cuda-bindings on the caller's stream, with the
   pre-built ``void**`` table: nothing is allocated, synchronised or compiled, so it is safe while a
@@ -73,7 +74,7 @@ class Kernel:
 
     # -- compilation ---------------------------------------------------------------------------
     def dispatcher(self):
-        """The numba dispatcher (compiled for ``argtypes`` on a GPU; always through numba, even when the
+        """The dispatcher of the selected backend (compiled for ``argtypes`` on a GPU, even when the
         launchable function came from the kernel cache)."""
         if self._disp is None:
             with _COMPILE_LOCK:
