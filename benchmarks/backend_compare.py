@@ -88,6 +88,8 @@ def worker(name: str, out: Path, budget_s: float, launches: int) -> int:
     from numba_nbits.perf import cli
 
     rc = cli.main(["--quick", "--no-peers", "--budget-s", str(budget_s), "--out", str(out / f"perf-{name}")])
+    if rc:
+        return rc
     result = {"backend": name, "version": backend.version(), "perf_rc": rc, "compiles": compiles,
               "launch_host_us": _launch_host_us(launches)}
     (out / f"worker-{name}.json").write_text(json.dumps(result))

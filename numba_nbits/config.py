@@ -559,8 +559,9 @@ PROCESS_ENV_TABLE: tuple[EnvRow, ...] = (
            "(per process, machine and toolchain; see `launch/cache.py`)", "— (process-wide)"),
     EnvRow(ENV_KERNEL_CACHE_DIR, "env", "`$XDG_CACHE_HOME/numba_nbits/kernels` (else `~/.cache/...`)",
            "path; empty = default", "directory of the compiled-kernel cache", "— (process-wide)"),
-    EnvRow(ENV_BACKEND, "env", "numba", "`numba` or `mlir` (trimmed, any case); empty = default; else an error",
-           "compiler of the GPU kernels: numba-cuda or numba-cuda-mlir (see `backend.py`)", "— (process-wide)"),
+    EnvRow(ENV_BACKEND, "env", "numba (until `benchmarks/backend_compare.py` on the H200 chooses)",
+           "`numba` or `mlir`, any case; empty = default; else an error", "compiler of the GPU kernels: numba-cuda "
+           "or numba-cuda-mlir (`backend.py`; the simulator is numba-cuda's)", "— (process-wide)"),
 )
 
 #: One row per environment variable / config key / option, in Config field order.
@@ -589,10 +590,7 @@ def env_table_markdown() -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    lines = [
-        "| name | kind | default | parse | effect | `Config` field |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = ["| name | kind | default | parse | effect | `Config` field |", "|---|---|---|---|---|---|"]
     for row in ENV_TABLE + PROCESS_ENV_TABLE:
         field = f"`{row.field}`" if row in ENV_TABLE else row.field
         d, p, e = cell(row.default), cell(row.parse), cell(row.effect)

@@ -280,3 +280,32 @@ def test_project_kernels_compile_under_numba_cuda_mlir():
     lines = r.stdout.split("\n")
     assert len([ln for ln in lines if ln.strip()]) == 5
     assert any(ln.startswith("dequant_w4_float16_packed_vec") and ln.endswith("True") for ln in lines), r.stdout
+
+
+def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
+    """benchmarks/backend_compare.py's parent step on two workers' outputs (the workers need a GPU)."""
+    import csv
+    import json
+
+    from benchmarks import backend_compare as bc
+
+    base = dict(shape="s", N="64", K="128", M="1", bits="4", block="32", dtype="float16", zp="none",
+                bias="False", variant="", kind="ours")
+    for name, us, host in (("numba", "10.0", "5.0"), ("mlir", "10.1", "4.0")):
+        d = tmp_path / f"perf-{name}"
+        d.mkdir()
+        with open(d / "results.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(base) + ["route", "us", "host_us", "correct"])
+            w.writeheader()
+            w.writerow(dict(base, route="gemv_w4", us=us, host_us=host, correct="True"))
+            w.writerow(dict(base, kind="peer", route="torch", us="1", host_us="1", correct="True"))
+        (tmp_path / f"worker-{name}.json").write_text(json.dumps(
+            {"backend": name, "version": f"{name}-0", "perf_rc": 0, "compiles": [["k1", 1.5], ["k2", 0.5]],
+             "launch_host_us": 2.0}))
+    bc.compare(tmp_path, ["numba", "mlir"])
+    rows = list(csv.DictReader(open(tmp_path / "routes.csv")))
+    assert len(rows) == 1 and rows[0]["route"] == "gemv_w4"
+    assert rows[0]["us_numba"] == "10.0" and rows[0]["us_mlir"] == "10.1" and rows[0]["us_ratio"] == "1.0100"
+    assert len(list(csv.DictReader(open(tmp_path / "compile.csv")))) == 4
+    assert [r["backend"] for r in csv.DictReader(open(tmp_path / "launch.csv"))] == ["numba", "mlir"]
+    assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
