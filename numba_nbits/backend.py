@@ -21,14 +21,18 @@ through ``cuda.experimental.inline_ptx`` on numba-cuda-mlir.
   becomes ``inline="always"``; ``opt`` maps to ``opt_level`` there (it does that itself).
 * ``argtypes(ts)``: numba-cuda argument types (``types.float16[:, ::1]``, ``types.int64``) as the
   selected compiler's types (same dtype name, ndim and layout).
-* ``array_slots(ndim)`` and ``ARRAY_PTR_SLOT``: how an array argument is passed to a kernel. numba-cuda
+* ``array_slots(ndim)`` and ``array_ptr_slot()``: how an array argument is passed to a kernel. numba-cuda
   flattens its array struct into ``5 + 2 * ndim`` 8-byte parameters ``meminfo, parent, nitems, itemsize,
   data, shape..., strides (bytes)...``; numba-cuda-mlir passes a memref descriptor, ``3 + 2 * ndim``
   parameters ``allocated, aligned, offset, shape..., strides (elements)...`` (read off the ``.param``
-  list and the index arithmetic of its PTX for ``float32[::1]``). ``array_params`` builds either.
-* ``compile_kernel(pyfunc, argtypes, options, cc)`` and ``compile_ptx(pyfunc, argtypes, cc, **options)``:
-  one specialisation through the selected compiler (numba-cuda-mlir's cubin is loaded by the launcher
-  through the driver, numba-cuda's by numba).
+  list and the index arithmetic of its PTX for ``float32[::1]``: kernels read ``aligned`` and ``offset``,
+  never ``allocated``, so a pointer update rewrites ``aligned`` only). ``array_params`` builds either.
+* ``rebind(pyfunc)``: a kernel written against numba-cuda's names made compilable by numba-cuda-mlir (its
+  ``cuda`` module, device functions and dtype constants swapped for numba-cuda-mlir's), so kernel modules
+  keep ``from numba import cuda``.
+* ``compile_kernel(pyfunc, argtypes, options, current_cc)`` and ``compile_ptx(pyfunc, argtypes, cc,
+  **options)``: one specialisation through the selected compiler (numba-cuda-mlir's cubin is loaded by
+  the launcher through the driver, numba-cuda's by numba).
 * ``version()``: ``"<name>-<package version>"``, part of the compiled-kernel cache key.
 
 sm_90a: numba-cuda targets the arch-specific ``sm_90a`` of an sm_90 device, numba-cuda-mlir plain

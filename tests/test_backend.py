@@ -309,3 +309,74 @@ def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
     assert len(list(csv.DictReader(open(tmp_path / "compile.csv")))) == 4
     assert [r["backend"] for r in csv.DictReader(open(tmp_path / "launch.csv"))] == ["numba", "mlir"]
     assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------- the launcher on numba-cuda-mlir, with a stand-in GPU
+
+
+class _FakeDriver:
+    """The driver calls the launcher makes for a numba-cuda-mlir kernel, recorded."""
+
+    def __init__(self):
+        self.loaded, self.launches = [], []
+
+    class CUfunction_attribute:  # noqa: N801 - cuda-bindings' name
+        CU_FUNC_ATTRIBUTE_NUM_REGS = "regs"
+
+    def cuModuleLoadData(self, image):  # noqa: N802
+        self.loaded.append(bytes(image))
+        return 0, f"module{len(self.loaded)}"
+
+    def cuModuleGetFunction(self, module, name):  # noqa: N802
+        return 0, (module, name)
+
+    def cuFuncGetAttribute(self, attr, func):  # noqa: N802
+        return 0, 40
+
+    def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
+        self.launches.append((func, (gx, gy, gz), (bx, by, bz), params))
+        return (0,)
+
+
+class _Arr:  # the fields of a DevArray the launcher reads
+    def __init__(self, ptr, shape, strides, dtype):
+        self.ptr, self.shape, self.strides, self.dtype = ptr, shape, strides, np.dtype(dtype)
+
+
+def test_launcher_compiles_caches_loads_and_packs_for_numba_cuda_mlir(tmp_path, monkeypatch, as_backend):
+    from numba.cuda import types
+
+    from numba_nbits.launch import driver as launch_driver
+
+    drv = _FakeDriver()
+    compiled = []
+
+    def compile_kernel(pyfunc, argtypes, options, current_cc):
+        compiled.append((pyfunc.__name__, current_cc()))
+        return object(), None, ("_Z4kern", b"\x7fELF-cubin")
+
+    as_backend("mlir")
+    monkeypatch.setattr(backend, "compile_kernel", compile_kernel)
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
+    monkeypatch.setattr(launch_kernel, "_current_cc", lambda: (9, 0))
+    monkeypatch.setattr(launch_kernel, "_drv", lambda: drv)
+    monkeypatch.setattr(launch_kernel, "_make_context_current", lambda: None)
+    cache = kcache._KernelCache(str(tmp_path / "kc"))
+    cache._toolchain = "backend=mlir-test"
+    monkeypatch.setitem(kcache._CACHE_STATE, "cache", cache)
+    argtypes = (types.float32[:, ::1], types.int64)
+
+    k1 = launch.Kernel(_kern, argtypes, name="kern")
+    k1.ensure()
+    assert compiled == [("_kern", (9, 0))] and not k1.from_cache and cache.stores == 1
+    assert drv.loaded == [b"\x7fELF-cubin"] and k1._func == ("module1", b"_Z4kern") and k1.registers() == 40
+    k2 = launch.Kernel(_kern, argtypes, name="kern")
+    k2.ensure()  # the cached cubin, loaded through the driver: no compile
+    assert len(compiled) == 1 and k2.from_cache and drv.loaded == [b"\x7fELF-cubin"] * 2
+
+    lau = k2.bind((2, 1), 128, (_Arr(0x1000, (4, 8), (32, 4), np.float32), 7))
+    assert list(lau._template.vals) == [0x1000, 0x1000, 0, 4, 8, 8, 1, 7]  # memref descriptor, then the int64
+    lau.set_array(0, _Arr(0x2000, (4, 8), (32, 4), np.float32))  # same layout: only the data pointer moves
+    lau.launch(5)
+    assert list(lau._bufs().vals) == [0x1000, 0x2000, 0, 4, 8, 8, 1, 7]
+    assert drv.launches == [(("module2", b"_Z4kern"), (2, 1, 1), (128, 1, 1), lau._bufs().addr)]
