@@ -89,6 +89,7 @@ KEY_SCRATCH_LIMIT_MB = "numba_nbits.scratch_limit_mb"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
+ENV_BACKEND = "NUMBA_NBITS_BACKEND"  # read once, when backend.py is imported
 
 # Defaults that are numbers in the spec.
 DEFAULT_CHUNK_SIZE = 32768  # ORT kDefaultChunkTargetRows (spec section 6)
@@ -550,14 +551,17 @@ def _rows() -> tuple[EnvRow, ...]:
     return tuple(rows)
 
 
-#: The process-wide variables (not part of :class:`Config`: they configure the compiled-kernel cache
-#: of ``launch/cache.py``, shared by every operator of the process; read once, at the first compilation).
+#: The process-wide variables (not part of :class:`Config`; shared by every operator of the process): the
+#: compiled-kernel cache of ``launch/cache.py`` (read at the first compilation) and the backend (backend.py).
 PROCESS_ENV_TABLE: tuple[EnvRow, ...] = (
     EnvRow(ENV_KERNEL_CACHE, "env", "1", "bool: 0/1/true/false; empty = default",
            "keep compiled kernels (cubins) on disk and load them instead of compiling again "
            "(per process, machine and toolchain; see `launch/cache.py`)", "— (process-wide)"),
     EnvRow(ENV_KERNEL_CACHE_DIR, "env", "`$XDG_CACHE_HOME/numba_nbits/kernels` (else `~/.cache/...`)",
            "path; empty = default", "directory of the compiled-kernel cache", "— (process-wide)"),
+    EnvRow(ENV_BACKEND, "env", "numba (until `benchmarks/backend_compare.py` on the H200 chooses)",
+           "`numba` or `mlir`, any case; empty = default; else an error", "compiler of the GPU kernels: numba-cuda "
+           "or numba-cuda-mlir (`backend.py`; the simulator is numba-cuda's)", "— (process-wide)"),
 )
 
 #: One row per environment variable / config key / option, in Config field order.
@@ -586,14 +590,9 @@ def env_table_markdown() -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
-    lines = [
-        "| name | kind | default | parse | effect | `Config` field |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = ["| name | kind | default | parse | effect | `Config` field |", "|---|---|---|---|---|---|"]
     for row in ENV_TABLE + PROCESS_ENV_TABLE:
         field = f"`{row.field}`" if row in ENV_TABLE else row.field
-        lines.append(
-            f"| `{row.name}` | {row.kind} | {cell(row.default)} | {cell(row.parse)} "
-            f"| {cell(row.effect)} | {field} |"
-        )
+        d, p, e = cell(row.default), cell(row.parse), cell(row.effect)
+        lines.append(f"| `{row.name}` | {row.kind} | {d} | {p} | {e} | {field} |")
     return "\n".join(lines) + "\n"

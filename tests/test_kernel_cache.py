@@ -208,7 +208,7 @@ def test_kernel_cache_dir_knobs(tmp_path):
     with pytest.raises(ValueError, match='environment variable - name: "NUMBA_NBITS_KERNEL_CACHE", value: "maybe"'):
         C.kernel_cache_dir({C.ENV_KERNEL_CACHE: "maybe"})
     names = [r.name for r in C.PROCESS_ENV_TABLE]
-    assert names == [C.ENV_KERNEL_CACHE, C.ENV_KERNEL_CACHE_DIR]
+    assert names == [C.ENV_KERNEL_CACHE, C.ENV_KERNEL_CACHE_DIR, C.ENV_BACKEND]
     assert not set(names) & set(C.ENV_VARS)  # not operator knobs: Config never reads them
 
 

@@ -6,7 +6,9 @@ no 16-byte read-only loads and no tensor-core instructions. Each is written here
 ``ld.global.nc.v4.u32`` load gives LDG.E.128 in SASS, ``mma.sync`` gives HMMA), and each has a
 pure-Python twin with identical results that the CUDA simulator runs instead (the simulator cannot
 execute intrinsics). The choice is made once, here, when this module is imported; kernels import
-the names from this module and never branch on simulation.
+the names from this module and never branch on simulation. Under ``NUMBA_NBITS_BACKEND=mlir`` (outside
+the simulator) the names are rebound at the end of this module to ``kernels/intrinsics_mlir.py``: the
+same PTX through numba-cuda-mlir's ``cuda.experimental.inline_ptx``.
 
 Functions (device side):
 
@@ -27,7 +29,10 @@ from __future__ import annotations
 import numpy as np
 from numba.cuda.core import config as _nb_config
 
+from .. import backend as _backend
+
 SIMULATED = bool(_nb_config.ENABLE_CUDASIM)
+MLIR = not SIMULATED and _backend.NAME == "mlir"  # numba-cuda-mlir compiles the kernels (see the end)
 
 # --------------------------------------------------------------------------------------- twins
 
@@ -551,3 +556,10 @@ else:  # pragma: no cover - compiled on a GPU only
         return types.void(arr, idx), codegen
 
     prefetch_l2 = intrinsic(_prefetch_l2)
+
+
+# ------------------------------------------------------------------------------- numba-cuda-mlir
+if MLIR:  # pragma: no cover - compiled on a GPU only
+    from . import intrinsics_mlir as _mlir
+
+    globals().update({name: getattr(_mlir, name) for name in TWINS})  # every intrinsic has its inline_ptx form

@@ -9,7 +9,7 @@ decode GEMV takes on the GPU. This package removes that cost. Its modules, botto
 * ``cache``: the compiled-kernel cache on disk (the key's fingerprint, the directory's trust checks,
   ``KernelCacheWarning``);
 * ``kernel``: ``Kernel`` (a ``@cuda.jit`` function compiled or loaded once) and ``Launch`` (a kernel bound
-  to its geometry and a packed parameter buffer; numba's launch ABI).
+  to its geometry and a packed parameter buffer in the kernel ABI of the selected compiler, ``backend.py``).
 
 The names below are the package's launch API; ``_drv``, ``_kernel_cache`` and ``_CACHE_STATE`` are what
 the tactic profiler's timing and the precompile summaries read of the driver and the cache.

@@ -5,13 +5,14 @@ dozens (the fpA_intB profiler compiles every tactic of a bucket). On a GPU, ``Ke
 (``launch/kernel.py``) writes each compiled kernel's cubin to a directory
 (``NUMBA_NBITS_KERNEL_CACHE_DIR``, default ``~/.cache/numba_nbits/kernels``; ``NUMBA_NBITS_KERNEL_CACHE=0``
 turns it off), one file per key, ``<dir>/<key[:2]>/<key>.cubin``; a later ``Kernel`` with the same key,
-in this or another process, loads the cubin through numba's context (``create_module_image`` +
-``get_function``, what numba does with its own cubins) instead of compiling.
+in this or another process, loads the cubin instead of compiling: on numba-cuda through numba's context
+(``create_module_image`` + ``get_function``, what numba does with its own cubins), on numba-cuda-mlir
+through the driver (``cuModuleLoadData``; ``backend.py`` selects the compiler).
 
 **The key** is a sha256 over the cache format, the source of the modules kernels are built from
 (``KERNEL_SOURCES``: ``kernels/``, ``launch/`` and the package modules they import, so editing a report
-formatter keeps every compiled kernel), the toolchain (numba / numba-cuda / NVVM versions, driver
-version, compute capability), the kernel's name, argument types and jit options, and
+formatter keeps every compiled kernel), the toolchain (the backend's name and package version, numba /
+numba-cuda / NVVM versions, driver version, compute capability), the kernel's name, argument types and jit options, and
 ``fingerprint(pyfunc)``: a structural description of the Python function (its bytecode, constants,
 closure values and the globals it names, recursively through the functions it calls, so closures of
 one factory with different constants get different keys). A value the fingerprint cannot describe
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import backend
 from .driver import _current_cc, _drv, simulated
 
 if TYPE_CHECKING:  # annotations only: kernel.py imports this module
@@ -64,7 +66,7 @@ _UNSTABLE = "@@id@@"  # marks a fingerprint part that names an object by its add
 #: What kernels are built from, relative to the package directory: the kernel families, the launcher and
 #: every package module they import (at module level or inside functions, directly or through each other).
 #: ``tests/test_kernel_cache.py`` checks this against a static scan of those imports.
-KERNEL_SOURCES = ("kernels", "launch", "dispatch", "arrays.py", "config.py", "formats.py")
+KERNEL_SOURCES = ("kernels", "launch", "dispatch", "arrays.py", "backend.py", "config.py", "formats.py")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -292,8 +294,8 @@ class _KernelCache:
             except Exception:  # pragma: no cover
                 pass
             err, drvver = _drv().cuDriverGetVersion()
-            self._toolchain = (f"numba={numba.__version__};numba-cuda={ncv};nvvm={nvvm.NVVM().get_version()};"
-                               f"driver={drvver};cc={_current_cc()}")
+            self._toolchain = (f"backend={backend.version()};numba={numba.__version__};numba-cuda={ncv};"
+                               f"nvvm={nvvm.NVVM().get_version()};driver={drvver};cc={_current_cc()}")
         return self._toolchain
 
     def key(self, k: Kernel) -> str:

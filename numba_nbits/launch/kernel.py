@@ -3,13 +3,18 @@
 * ``Kernel`` holds a ``@cuda.jit`` Python function and its explicit numba signature. It is compiled
   the first time it is needed (never at import), or its cubin is loaded from the compiled-kernel
   cache (``launch/cache.py``), and the loaded ``CUfunction`` is kept. ``Kernel.dispatcher()`` still
-  compiles through numba when a tool needs the dispatcher itself (PTX / SASS inspection).
+  compiles when a tool needs the dispatcher itself (PTX / SASS inspection).
 * ``Launch`` binds a ``Kernel`` to a grid, a block, dynamic shared memory and its arguments. The
-  arguments are packed once into numba's kernel ABI inside one int64 buffer, with a ``void**`` table
-  pointing at the slots. Every slot is 8 bytes wide; a scalar takes one slot (in its low bytes; a
-  float32 / float64 as its bit pattern), an array argument of ``ndim`` dimensions takes
-  ``5 + 2 * ndim``: ``meminfo, parent, nitems, itemsize, data, shape..., strides...`` (meminfo and
-  parent written as 0; strides in bytes).
+  arguments are packed once into the selected backend's kernel ABI inside one int64 buffer, with a
+  ``void**`` table pointing at the slots. Every slot is 8 bytes wide; a scalar takes one slot (in its low
+  bytes; a float32 / float64 as its bit pattern), an array argument of ``ndim`` dimensions takes
+  ``backend.array_slots(ndim)``: on numba-cuda ``5 + 2 * ndim``, ``meminfo, parent, nitems, itemsize,
+  data, shape..., strides...`` (meminfo and parent written as 0; strides in bytes); on numba-cuda-mlir
+  ``3 + 2 * ndim``, a memref descriptor ``allocated, aligned, offset, shape..., strides...`` (strides in
+  elements).
+* Compilation goes through ``backend.compile_kernel`` (numba-cuda or numba-cuda-mlir, selected by
+  ``NUMBA_NBITS_BACKEND``). numba-cuda loads its cubins itself (and cached ones through its context);
+  a numba-cuda-mlir cubin, compiled or cached, is loaded through the driver (``cuModuleLoadData``).
 * ``set_array`` / ``set_scalar`` rewrite single slots (an activation or output pointer per call), and
   ``launch`` is one ``cuLaunchKernel`` call through cuda-bindings on the caller's stream, with the
   pre-built ``void**`` table: nothing is allocated, synchronised or compiled, so it is safe while a
@@ -28,12 +33,12 @@ Array arguments are ``arrays.DevArray`` views, read only through their fields (`
 """
 from __future__ import annotations
 
-import math
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from .. import backend
 from .cache import _cubin_bytes, _kernel_cache, _object_code
 from .driver import _CUDA_ERROR_INVALID_CONTEXT, _current_cc, _drv, _make_context_current, check, simulated
 
@@ -59,14 +64,17 @@ class Kernel:
         self.options = options
         self._disp = None
         self._func = None
-        self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module)
-        self._layout = None  # per argument: (first slot, number of slots, kind)
+        self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module); None: driver-loaded
+        self._module = None  # the CUmodule of a driver-loaded cubin (kept: it owns the function)
+        self._blob = None  # the driver-loaded cubin image
+        self._image = None  # (entry name, cubin) of a numba-cuda-mlir compilation
+        self._layout = None  # per argument: (first slot, number of slots, kind, type, data-pointer slot)
         self._max_dyn_shared = 0
         self.from_cache = False  # True when the cubin came from the compiled-kernel cache
 
     # -- compilation ---------------------------------------------------------------------------
     def dispatcher(self):
-        """The numba dispatcher (compiled for ``argtypes`` on a GPU; always through numba, even when the
+        """The dispatcher of the selected backend (compiled for ``argtypes`` on a GPU, even when the
         launchable function came from the kernel cache)."""
         if self._disp is None:
             with _COMPILE_LOCK:
@@ -77,14 +85,14 @@ class Kernel:
                         opts = {k: v for k, v in self.options.items() if k not in _GPU_ONLY_JIT_OPTIONS}
                         self._disp = cuda.jit(**opts)(self.pyfunc)
                     else:
-                        from numba.cuda import types
-
-                        sig = types.void(*self.argtypes)
-                        disp = cuda.jit(sig, **self.options)(self.pyfunc)
-                        if self._func is None:
-                            kern = next(iter(disp.overloads.values()))
-                            # loads the module now, not at launch
-                            self._set_function(kern._codelibrary.get_cufunc())
+                        disp, cufunc, image = backend.compile_kernel(self.pyfunc, self.argtypes, self.options,
+                                                                     _current_cc)
+                        if self._func is None:  # loads the module now, not at launch
+                            if cufunc is not None:
+                                self._set_function(cufunc)
+                            else:
+                                self._load(*image)
+                        self._image = image
                         self._disp = disp
         return self._disp
 
@@ -107,10 +115,13 @@ class Kernel:
                     hit = cache.load(key)
                     if hit is not None:
                         entry, cubin = hit
-                        from numba import cuda
+                        if backend.compiler() == "mlir":
+                            self._load(entry, cubin)
+                        else:
+                            from numba import cuda
 
-                        module = cuda.current_context().create_module_image(_object_code(cubin))
-                        self._set_function(module.get_function(entry))
+                            module = cuda.current_context().create_module_image(_object_code(cubin))
+                            self._set_function(module.get_function(entry))
                         self.from_cache = True
                         return
                 except Exception as e:  # noqa: BLE001 - a cache that cannot be used only costs the compile
@@ -119,14 +130,33 @@ class Kernel:
             self.dispatcher()
             if key is not None:
                 try:
-                    lib = next(iter(self._disp.overloads.values()))._codelibrary
-                    cache.store(key, self, lib._entry_name, _cubin_bytes(lib.get_cubin(cc=_current_cc())))
+                    entry, cubin = self._entry_and_cubin()
+                    cache.store(key, self, entry, _cubin_bytes(cubin))
                 except Exception as e:  # noqa: BLE001
                     cache.note_error(e)
 
     def _set_function(self, cufunc) -> None:
         self._cufunc = cufunc
         self._func = _drv().CUfunction(int(cufunc.handle))
+        self._layout = _layout_of(self.argtypes)
+
+    def _entry_and_cubin(self):
+        """(entry name, cubin) of this process's compilation: numba-cuda-mlir's image, or numba-cuda's
+        code library asked for the current device's cubin."""
+        if self._image is not None:
+            return self._image
+        lib = next(iter(self._disp.overloads.values()))._codelibrary
+        return lib._entry_name, lib.get_cubin(cc=_current_cc())
+
+    def _load(self, entry: str, cubin: bytes) -> None:
+        """Load ``cubin`` through the driver in the current context and keep its function ``entry``."""
+        drv = _drv()
+        _make_context_current()
+        self._blob = bytes(cubin)  # the driver reads the image during the call only; kept for inspection
+        module = check(drv.cuModuleLoadData(self._blob), f"cuModuleLoadData({self.name})")
+        self._module = module
+        self._func = check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+        self._cufunc = None
         self._layout = _layout_of(self.argtypes)
 
     @property
@@ -146,6 +176,10 @@ class Kernel:
     def registers(self) -> int:
         """Registers per thread of the compiled kernel (GPU only)."""
         self.ensure()
+        if self._cufunc is None:
+            drv = _drv()
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
+            return int(check(drv.cuFuncGetAttribute(attr, self._func), "cuFuncGetAttribute(num regs)"))
         return int(self._cufunc.attrs.regs)
 
     def bind(self, grid, block, args: Sequence[Any], shared_mem: int = 0) -> "Launch":
@@ -158,11 +192,11 @@ def _layout_of(argtypes):
     layout, slot = [], 0
     for t in argtypes:
         if isinstance(t, types.Array):
-            n = 5 + 2 * t.ndim
-            layout.append((slot, n, "array", t))
+            n = backend.array_slots(t.ndim)
+            layout.append((slot, n, "array", t, slot + backend.array_ptr_slot()))
         elif isinstance(t, (types.Integer, types.Float, types.Boolean)):
             n = 1
-            layout.append((slot, n, "scalar", t))
+            layout.append((slot, n, "scalar", t, None))
         else:
             raise TypeError(f"numba_nbits launcher: unsupported kernel argument type {t}")
         slot += n
@@ -232,7 +266,7 @@ class Launch:
 
     def _write_array(self, b: _Bufs, i: int, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype) -> None:
         """Write all slots of array argument ``i``: the array at ``ptr`` with ``shape``, byte ``strides``, ``dtype``."""
-        first, n, kind, t = self._layout[i]
+        first, n, kind, t, _ = self._layout[i]
         if kind != "array":
             raise TypeError(f"{self.kernel.name}: argument {i} is a scalar, not an array")
         its = dtype.itemsize
@@ -240,11 +274,11 @@ class Launch:
             raise ValueError(f"{self.kernel.name}: argument {i} needs a {t.ndim}-D array, got shape {shape}")
         if its != t.dtype.bitwidth // 8:
             raise ValueError(f"{self.kernel.name}: argument {i} needs {t.dtype} elements, got {dtype}")
-        b.vals[first:first + n] = (0, 0, math.prod(shape), its, ptr, *shape, *strides)
+        b.vals[first:first + n] = backend.array_params(ptr, shape, strides, its)
         b.keys[i] = (shape, strides, its)
 
     def _write_scalar(self, b: _Bufs, i: int, v) -> None:
-        first, _, kind, t = self._layout[i]
+        first, _, kind, t, _ = self._layout[i]
         if kind != "scalar":
             raise TypeError(f"{self.kernel.name}: argument {i} is an array, not a scalar")
         if t.name == "float32":
@@ -262,7 +296,7 @@ class Launch:
         key = b.keys[i]
         # same shape, strides and itemsize as last time in this thread: checks passed then, only the pointer moves
         if key is not None and key[0] == a.shape and key[1] == a.strides and key[2] == a.dtype.itemsize:
-            b.vals[self._layout[i][0] + 4] = a.ptr
+            b.vals[self._layout[i][4]] = a.ptr
         else:
             self._write_array(b, i, a.ptr, a.shape, a.strides, a.dtype)
 
@@ -272,7 +306,7 @@ class Launch:
         b = getattr(self._tls, "bufs", None) or self._bufs()
         key = b.keys[i]
         if key is not None and key[0] == like.shape and key[1] == like.strides and key[2] == like.dtype.itemsize:
-            b.vals[self._layout[i][0] + 4] = ptr
+            b.vals[self._layout[i][4]] = ptr
         else:
             self._write_array(b, i, int(ptr), like.shape, like.strides, like.dtype)
 
