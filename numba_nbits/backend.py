@@ -228,5 +228,24 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
         disp = c.jit(sig, **jit_options(options, current_cc()))(rebind(pyfunc))
         cres = disp.compile(sig)
         return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
+    check_numba_numpy()
     disp = c.jit(sig, **options)(pyfunc)
     return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
+
+
+#: the first numpy release numba-cuda 0.30 cannot compile kernels with
+NUMBA_NUMPY_LIMIT = (2, 5)
+
+
+def check_numba_numpy(numpy_version: str | None = None) -> None:
+    """Refuse, with what to do, to compile on numba-cuda under a numpy it cannot compile with (numba-cuda
+    0.30 fails inside its typing there); numba-cuda-mlir and the simulator are not affected."""
+    import numpy as np
+
+    text = numpy_version or np.__version__
+    v = tuple(int(x) for x in text.split(".")[:2] if x.isdigit())
+    if v >= NUMBA_NUMPY_LIMIT:
+        raise RuntimeError(
+            f"numba-cuda cannot compile GPU kernels with numpy {text} (needs numpy < "
+            f"{'.'.join(map(str, NUMBA_NUMPY_LIMIT))}): install numba-cuda-mlir (pip install "
+            f"\"numba_nbits[mlir]\") and set {ENV_BACKEND}=mlir, or install \"numpy<2.5\"")

@@ -380,3 +380,14 @@ def test_launcher_compiles_caches_loads_and_packs_for_numba_cuda_mlir(tmp_path, 
     lau.launch(5)
     assert list(lau._bufs().vals) == [0x1000, 0x2000, 0, 4, 8, 8, 1, 7]
     assert drv.launches == [(("module2", b"_Z4kern"), (2, 1, 1), (128, 1, 1), lau._bufs().addr)]
+
+
+def test_numba_cuda_refuses_a_numpy_it_cannot_compile_with():
+    from numba_nbits import backend
+
+    backend.check_numba_numpy("2.4.6")
+    backend.check_numba_numpy("1.26.4")
+    for v in ("2.5.0", "2.5.2", "3.0.0rc1"):
+        with pytest.raises(RuntimeError, match=r"numba-cuda cannot compile GPU kernels with numpy "
+                                               + v.replace(".", r"\.") + r".*NUMBA_NBITS_BACKEND=mlir"):
+            backend.check_numba_numpy(v)
