@@ -2,8 +2,8 @@
 
 ``bench_host`` (host time per eager call, every route), ``bench_mixed_gemm`` (every mixed-GEMM tactic
 against dequantize + cuBLAS and dense cuBLAS), ``sweep_gemv_m1`` (the small-M tensor-core GEMV tactic
-sweep that ``gemv_mma``'s tuned tables are fitted to) and ``ptx_stats`` (registers, spills and
-occupancy from ptxas, no GPU). Every timing goes through ``numba_nbits.perf.harness``; the operator-level
+sweep that the tuned tables ``numba_nbits/kernels/gemv/tuned/*.json`` are fitted to, by ``gemv_tuned``)
+and ``ptx_stats`` (registers, spills and occupancy from ptxas, no GPU). Every timing goes through ``numba_nbits.perf.harness``; the operator-level
 suite is ``python -m numba_nbits.perf``. ``results/`` holds the committed measurements, one directory
 per run (see README.md).
 """

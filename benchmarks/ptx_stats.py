@@ -4,8 +4,8 @@
                                                         (tag,block,m-tiles[,f16|bf16[,bits]])
     python -m benchmarks.ptx_stats --sweep [--bits 8]  (every specialisation of benchmarks/sweep_gemv_m1.py)
     python -m benchmarks.ptx_stats --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
-    python -m benchmarks.ptx_stats --cuda-core   (every M tile of the CUDA-core gemv_w2 (block 64) and
-                                                  gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
+    python -m benchmarks.ptx_stats --cuda-core   (every M tile of the CUDA-core engine of gemv_w2 (block 64)
+                                                  and gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
 
 numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
 lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
@@ -56,10 +56,11 @@ def _kernel_ptx(k) -> str:
 
 def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
     _fake_device()
-    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+    from numba_nbits.kernels.gemv.tactics import Tactic
 
-    tac = G.Tactic.parse(tag)
-    return tac, _kernel_ptx(G.gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
+    tac = Tactic.parse(tag)
+    return tac, _kernel_ptx(gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
 
 
 def ptxas_stats(ptx: str) -> dict:
@@ -142,23 +143,27 @@ def cuda_core_stats(K: int = 4096):
     ptxas figures, the row's 16-byte chunks, the A tile (chunks staged per pass), its shared memory
     and the resident blocks per SM."""
     _fake_device()
-    from numba_nbits.kernels import gemv_common as gc, gemv_w2, gemv_w8
+    from numba_nbits.kernels.gemv import core, w2, w8
+    from numba_nbits.kernels.gemv.core_source import Spec, kernel_for
 
-    for mod, bits, bs in ((gemv_w2, 2, 64), (gemv_w8, 8, 128)):
+    for mod, bits, bs in ((w2, 2, 64), (w8, 8, 128)):
         for mt, (r, u, warps) in mod.SHAPES.items():
             row_bytes = K * bits // 8
-            cb = gc.chunk_bytes_for(row_bytes)
-            spec = gc.Spec(act="float16", bits=bits, block_size=bs, zp_kind="none", chunk_bytes=cb, mt=mt, r=r,
+            cb = core.chunk_bytes_for(row_bytes)
+            spec = Spec(act="float16", bits=bits, block_size=bs, zp_kind="none", chunk_bytes=cb, mt=mt, r=r,
                            u=max(1, min(u, -(-(row_bytes // cb) // 32))), warps=warps)
             t = time.time()
-            st = ptxas_stats(_kernel_ptx(gc.kernel_for(spec)))
-            tile = gc.tile_chunks_for(row_bytes // cb, mt, spec.pad)
+            st = ptxas_stats(_kernel_ptx(kernel_for(spec)))
+            tile = core.tile_chunks_for(row_bytes // cb, mt, spec.pad)
             smem = mt * tile * spec.pad * 4
             print(spec.name, st, f"row_chunks={row_bytes // cb} tile={tile} smem={smem}",
                   f"blocks/SM={occupancy(st.get('regs', 0), smem, warps)}", f"{time.time() - t:.1f}s", flush=True)
 
 
 def main(argv):
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return
     if "--cuda-core" in argv:
         cuda_core_stats()
         return

@@ -1,4 +1,4 @@
-"""Small-M (decode) GEMV tactic sweep for the tensor-core GEMV (``numba_nbits.kernels.gemv_mma``).
+"""Small-M (decode) GEMV tactic sweep for the tensor-core GEMV (``numba_nbits.kernels.gemv.mma``).
 
 On a GPU machine, from the repository root (about 3 minutes on an H200, compilation included)::
 
@@ -21,8 +21,11 @@ process ever times. Per case and tactic:
   (``numba_nbits.perf.harness``: ``estimate_us``, ``graph_us``).
 
 Writes ``$OUT/sweep_gemv_m1.json`` (``{"meta":..., "rows": [...]}``) and ``.csv``, prints the best
-tactic per case next to the default's, and the ``TUNED`` table fitted from the run
-(``gemv_mma.TUNED``, see ``fit``). ``--fit FILE.json`` re-prints the table from a saved run.
+tactic per case next to the default's, and writes the table fitted from the run (``gemv_tuned.fit``)
+as ``$OUT/tuned_table.json`` (``tuned_table_w8.json`` / ``_w2`` for ``--bits 8`` / ``2``) in the format
+of the package's tables (``numba_nbits/kernels/gemv/tuned/h200-v1.json``, ``gemv.tactics.tuned_table``),
+holding this bit width with ``$OUT`` as its source. ``--into FILE`` merges it into ``FILE`` (that bit
+width replaced, the others kept). ``--fit FILE.json`` refits a saved run (with ``--into`` too).
 ``--tiny`` runs a few tiny cases in-process (the simulator test, ``tests/test_perf_sweep_m1.py``).
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +45,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from benchmarks.gemv_tuned import KSPLIT_MARGIN, dump_tuned, fit, merge_tuned, source_path, tuned_json
+
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # workers inherit it; keeps the log short
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (128256, 4096)]
@@ -48,10 +54,10 @@ MS = (1, 4, 16)
 BLOCKS = (32, 128)
 BF16_SHAPES = [(4096, 4096), (28672, 8192)]
 BF16_MS = (1,)
-# Candidate tactics (tags, see gemv_mma.Tactic.tag) by (m-tiles, block): MT1 serves M <= 8, MT2 M = 9..16.
-# Chosen with benchmarks/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM; see the gemv_mma
-# docstring): the original kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps
-# or 8 of 4 = 32 warps per SM) while holding more bytes in flight, then split-K for small N / tails.
+# Candidate tactics (tags, see gemv.tactics.Tactic.tag) by (m-tiles, block): MT1 serves M <= 8, MT2 M = 9..16.
+# Chosen with benchmarks/ptx_stats.py (registers -> blocks per SM -> bytes in flight per SM): the original
+# kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps or 8 of 4 = 32 warps per SM)
+# while holding more bytes in flight, then split-K for small N / tails.
 _OLD = ["t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2"]
 CANDIDATES = {
     (1, 32): _OLD + [
@@ -92,7 +98,6 @@ TINY_BLOCKS = (32,)
 TINY_CANDS = ["t1w2u1", "t1w2u1p2k2", "t1w1u1p1s3", "t1w1u1p1r3g1"]
 NCOLS = 1024  # checked output columns per case
 L2_FACTOR = 2.0
-KSPLIT_MARGIN = 0.10  # a split-K tactic (plan-owned workspace) must win by this much to be tuned in
 
 
 def _cases(tiny: bool):
@@ -117,13 +122,13 @@ def _candidates(dtype: str, M: int, bs: int, tiny: bool):
 
 def plan_specs(tiny: bool = False):
     """{spec: [case, ...]} with spec = (dtype, MT, bs, tag): every kernel specialisation and its cases."""
-    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.kernels.gemv import tactics as T
 
     specs: dict = {}
     for case in _cases(tiny):
         N, K, bs, dtype, M = case
         tags = list(_candidates(dtype, M, bs, tiny))
-        d = G.default_tactic(N, K, bs, M, BITS).tag
+        d = T.default_tactic(N, K, bs, M, BITS).tag
         if d not in tags:
             tags.append(d)
         for tag in tags:
@@ -148,7 +153,7 @@ def prepare_group(args):
     NCOLS columns (16 rows of A; row m of the oracle depends only on A[m]). Host only."""
     tmp, N, K, bs, dtype, seed = args
     from numba_nbits.arrays import np_dtype, to_host
-    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.kernels.gemv.layout import prepack
     from numba_nbits.reference import matmul_nbits_ref
     from numba_nbits.weights import build_weights
 
@@ -163,7 +168,7 @@ def prepare_group(args):
         cols = np.arange(N)
     ref = matmul_nbits_ref(A, B[cols], sc[cols], None, K=K, N=len(cols), bits=BITS, block_size=bs)
     w = build_weights(B, sc, None, K=K, N=N, bits=BITS, block_size=bs, simulated=True)
-    pk = G.prepack(w)
+    pk = prepack(w)
     path = _group_file(tmp, N, K, bs, dtype)
     np.savez(path + ".part.npz", B=B, sc=sc.view(np.uint16), A=A.view(np.uint16), cols=cols, ref=ref,
              bq=to_host(pk.bq), psc=to_host(pk.scales).view(np.uint16),
@@ -216,11 +221,12 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
     written to ``partial`` (JSON) after every shape, so a run killed from outside keeps them."""
     from numba_nbits.arrays import to_device, to_host
     from numba_nbits.dispatch.problem import Problem
-    from numba_nbits.kernels import gemv_mma as G
+    from numba_nbits.kernels.gemv import mma
+    from numba_nbits.kernels.gemv.layout import Packed
+    from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
+    from numba_nbits.perf.harness import make_backend
     from numba_nbits.reference import TOLERANCES, relative_error
     from numba_nbits.weights import build_weights
-
-    from numba_nbits.perf.harness import make_backend
 
     be = make_backend()
     sim = be.simulated
@@ -230,7 +236,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
         t = time.time()
         err = None
         try:
-            G.gemv_mma_kernel(dtype, MT, G.Tactic.parse(tag), bs, "none", BITS).ensure()  # cache hit or compile
+            mma.gemv_mma_kernel(dtype, MT, Tactic.parse(tag), bs, "none", BITS).ensure()  # cache hit or compile
         except Exception as e:  # noqa: BLE001 - reported in the rows
             err = f"compile: {type(e).__name__}: {e}"[:300]
         compile_s[(dtype, MT, bs, tag)] = (time.time() - t, err)
@@ -252,8 +258,8 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
             n_pad, k_pad, n_super = D["geo"]
 
             def upload():
-                return G.Packed(bq=to_device(D["bq"], sim), scales=to_device(D["psc"], sim), zp=None,
-                                N_pad=n_pad, K_pad=k_pad, n_super=n_super)
+                return Packed(bq=to_device(D["bq"], sim), scales=to_device(D["psc"], sim), zp=None,
+                              N_pad=n_pad, K_pad=k_pad, n_super=n_super)
 
             pk0 = upload()
             w.derived(f"gemv_mma_w{BITS}", lambda: pk0)
@@ -265,16 +271,16 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
             for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
                 tag = spec[3]
                 row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
-                       "default": G.default_tactic(N, K, bs, M, BITS).tag == tag, "copies": copies,
+                       "default": default_tactic(N, K, bs, M, BITS).tag == tag, "copies": copies,
                        "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
                        "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
                 if not row["error"] and time.time() > deadline:
                     row["error"] = "skipped: time budget"
                 if not row["error"]:
                     try:
-                        tac = G.Tactic.parse(tag)
+                        tac = Tactic.parse(tag)
                         p = Problem(M=M, N=N, K=K, bits=BITS, block_size=bs, dtype=dtype)
-                        plans = [G.build(w, p, None, tac, packed=pk) for pk in pks]
+                        plans = [mma.build(w, p, None, tac, packed=pk) for pk in pks]
                         A = a16.offset(0, (M, K))
                         ychk = to_device(np.full((M, N), np.nan, np.float32).astype(D["A"].dtype), sim)
                         plans[0].run(A, ychk, be.stream)
@@ -306,44 +312,21 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
     return rows
 
 
-# ---------------------------------------------------------------------------------- fitting
-
-def fit(rows, ksplit_margin: float = KSPLIT_MARGIN) -> dict:
-    """``gemv_mma.TUNED`` from sweep rows (fp16 rows; bf16 rows only where no fp16 row exists):
-    key ``(N, K, block_size, m_class(M))`` -> the fastest correct tactic, except that a split-K
-    tactic (``k`` in the tag: plan-owned workspace) is taken only when it beats the fastest tactic
-    without split-K by more than ``ksplit_margin``. Where a class has several M (not in this sweep),
-    the smaller M decides."""
-    from numba_nbits.kernels import gemv_mma as G
-
-    best: dict = {}
-    for dt in ("float16", "bfloat16"):
-        by: dict = {}
-        for r in rows:
-            if r["dtype"] != dt or not r.get("correct") or not (r.get("us", float("nan")) > 0):
-                continue
-            key = (r["N"], r["K"], r["block_size"], G.m_class(r["M"]))
-            by.setdefault((key, r["M"]), []).append(r)
-        for (key, M), rs in sorted(by.items()):
-            if key in best and (best[key][1] != dt or best[key][2] <= M):
-                continue
-            plain = [r for r in rs if G.Tactic.parse(r["tactic"]).ksplit == 1]
-            fastest = min(rs, key=lambda r: r["us"])
-            pick = fastest
-            if plain:
-                fp = min(plain, key=lambda r: r["us"])
-                if fp["us"] <= fastest["us"] * (1 + ksplit_margin):
-                    pick = fp
-            best[key] = (pick["tactic"], dt, M)
-    return {k: v[0] for k, v in sorted(best.items())}
-
-
-def table_source(table: dict) -> str:
-    lines = ["TUNED: dict = {" if BITS == 4 else f"TUNED_BITS[{BITS}] = {{"]
-    for k, v in table.items():
-        lines.append(f"    {k!r}: {v!r},")
-    lines.append("}")
-    return "\n".join(lines)
+def write_tuned(rows, source: str, args, out_dir: str | None = None) -> str:
+    """Fit ``rows`` (measured in ``source``), write ``out_dir/tuned_table[_w<bits>].json`` (``out_dir``
+    given) and merge it into ``--into`` (given); return the fitted file's text."""
+    data = tuned_json(fit(rows, args.ksplit_margin), BITS, source_path(source), args.gpu)
+    text = dump_tuned(data)
+    if out_dir is not None:
+        with open(os.path.join(out_dir, "tuned_table.json" if BITS == 4 else f"tuned_table_w{BITS}.json"), "w") as f:
+            f.write(text)
+    if args.into:
+        if os.path.exists(args.into):
+            with open(args.into) as f:
+                data = merge_tuned(json.load(f), data)
+        with open(args.into, "w") as f:
+            f.write(dump_tuned(data))
+    return text
 
 
 def ort_us() -> dict:
@@ -407,7 +390,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--workers", type=int, default=None,
                     help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
-    ap.add_argument("--fit", metavar="JSON", help="print the TUNED table fitted from a saved sweep and exit")
+    ap.add_argument("--fit", metavar="JSON", help="print the tuned table fitted from a saved sweep and exit")
+    ap.add_argument("--into", metavar="FILE", help="also merge the fitted table into this tuned-table file")
+    ap.add_argument("--gpu", help="the table's GPU (its file: tuned/<gpu>-v<KERNEL_VERSION>.json; default h200)")
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
     ap.add_argument("--ksplit-margin", type=float, default=KSPLIT_MARGIN,
                     help="fit: a split-K tactic must beat the best one without split-K by this fraction "
@@ -427,10 +412,9 @@ def main(argv=None):
     if args.fit:
         with open(args.fit) as f:
             saved = json.load(f)
-        rows = saved["rows"]
-        BITS = int(saved["meta"].get("bits", 4))
+        rows, BITS = saved["rows"], int(saved["meta"].get("bits", 4))
         report(rows)
-        print(table_source(fit(rows, args.ksplit_margin)))
+        print(write_tuned(rows, os.path.dirname(args.fit), args), end="")
         return None
     t0 = time.time()
     if args.workers is None:
@@ -484,13 +468,12 @@ def main(argv=None):
                     rows += json.load(f)
     part = os.path.join(args.out, "partial")
     if os.path.isdir(part) and len(rows) == n_cases:  # every worker reported: the partial copies are redundant
-        import shutil
-
         shutil.rmtree(part, ignore_errors=True)
     meta = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_s": round(time.time() - t0, 1),
             "skipped_budget": sum(r["error"] == "skipped: time budget" for r in rows), "budget_s": args.budget_s,
-            "tiny": args.tiny, "bits": BITS, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS, "ksplit_margin": KSPLIT_MARGIN,
-            "bytes": "weights + scales + A + Y", "timing": "CUDA graph replay, median of 5, per launch"}
+            "tiny": args.tiny, "bits": BITS, "l2_factor": L2_FACTOR, "ncols_checked": NCOLS,
+            "ksplit_margin": args.ksplit_margin, "bytes": "weights + scales + A + Y",
+            "timing": "CUDA graph replay, median of 5, per launch"}
     try:
         import numba
 
@@ -507,11 +490,7 @@ def main(argv=None):
             wr.writeheader()
             wr.writerows(rows)
     report(rows)
-    table = fit(rows, args.ksplit_margin)
-    src = table_source(table)
-    with open(os.path.join(args.out, "tuned_table.py" if BITS == 4 else f"tuned_table_w{BITS}.py"), "w") as f:
-        f.write(src + "\n")
-    print(src)
+    print(write_tuned(rows, args.out, args, args.out), end="")
     print(f"sweep done in {time.time() - t0:.0f}s; {sum(r['correct'] for r in rows)}/{len(rows)} rows correct",
           flush=True)
     return rows

@@ -1,5 +1,6 @@
 """benchmarks/sweep_gemv_m1.py (the H200 small-M GEMV tactic sweep): its logic end to end on tiny cases
-(simulator: correctness rows, JSON/CSV/table output), the fit rule and ``gemv.tactics.tuned_tactic``."""
+(simulator: correctness rows, JSON/CSV output, the fitted table as a tuned-table file the package reads),
+the fit rule and the tuned-table file format (``benchmarks/gemv_tuned.py``), ``gemv.tactics.tuned_tactic``."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,11 +13,20 @@ import pytest
 from numba_nbits.kernels.gemv import tactics as G
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_KEYS = {(32, 128, 32, 1), (32, 128, 32, 8)}  # (N, K, block, m_class) of the tiny cases
 
 
 def _sweep():
     """The script as a fresh module each time (tests set its BITS), registered under its package name:
-    its process pool pickles functions by module name and its workers run ``-m benchmarks.sweep_gemv_m1``."""
+    its process pool pickles functions by module name and its workers run ``-m benchmarks.sweep_gemv_m1``.
+    The ``benchmarks`` package (not installed) is this checkout's, so the script's ``benchmarks.gemv_tuned``
+    (``fit`` and the tuned-table file format, re-exported as the script's names) resolves without the
+    repository root on sys.path."""
+    if "benchmarks" not in sys.modules:
+        pkg = importlib.util.spec_from_file_location("benchmarks", REPO / "benchmarks" / "__init__.py",
+                                                     submodule_search_locations=[str(REPO / "benchmarks")])
+        sys.modules["benchmarks"] = importlib.util.module_from_spec(pkg)
+        pkg.loader.exec_module(sys.modules["benchmarks"])
     spec = importlib.util.spec_from_file_location("benchmarks.sweep_gemv_m1", REPO / "benchmarks" / "sweep_gemv_m1.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["benchmarks.sweep_gemv_m1"] = mod
@@ -24,11 +34,28 @@ def _sweep():
     return mod
 
 
-def test_sweep_tiny_end_to_end(tmp_path):
+def _served(monkeypatch, path, bits):
+    """What ``gemv.tactics.tuned_table`` serves for ``bits`` from the tuned-table file ``path`` installed
+    as the table of its GPU (a GPU without a table of its own in the package)."""
+    data = json.loads(path.read_text())
+    assert data["kernel_version"] == G.KERNEL_VERSION and data["gpu"] != G.DEFAULT_GPU
+    assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
+    pkg = path.parent / "package"
+    pkg.mkdir(exist_ok=True)
+    (pkg / f"{data['gpu']}-v{G.KERNEL_VERSION}.json").write_text(path.read_text())
+    monkeypatch.setattr(G, "TUNED_DIR", pkg)
+    G._load_tables.cache_clear()
+    try:
+        return G.tuned_table(bits, data["gpu"])
+    finally:
+        G._load_tables.cache_clear()
+
+
+def test_sweep_tiny_end_to_end(tmp_path, monkeypatch):
     """The whole GPU flow on tiny cases: data preparation in a process pool, two worker processes that
     compile, take the GPU lock in turn, check and time; merged rows, report and fitted table."""
     S = _sweep()
-    rows = S.main(["--tiny", "--workers", "2", "--out", str(tmp_path)])
+    rows = S.main(["--tiny", "--workers", "2", "--out", str(tmp_path), "--gpu", "sweep-test"])
     data = json.loads((tmp_path / "sweep_gemv_m1.json").read_text())
     assert data["rows"] == json.loads(json.dumps(rows))
     n_tags = len(set(S.TINY_CANDS) | {G.default_tactic(32, 128, 32, M).tag for M in S.TINY_MS})
@@ -37,23 +64,39 @@ def test_sweep_tiny_end_to_end(tmp_path):
     assert sum(r["default"] for r in rows) == len(S.TINY_MS)
     assert (tmp_path / "sweep_gemv_m1.csv").read_text().startswith("N,K,bits,block_size")
     assert {r["bits"] for r in rows} == {4}
-    ns = {}
-    exec((tmp_path / "tuned_table.py").read_text(), ns)
-    assert set(ns["TUNED"]) == {(32, 128, 32, 1), (32, 128, 32, 8)}
+    data = json.loads((tmp_path / "tuned_table.json").read_text())
+    assert data["gpu"] == "sweep-test" and set(data["tables"]) == {"4"}
+    assert data["sources"] == {"4": str(tmp_path)}
+    assert set(_served(monkeypatch, tmp_path / "tuned_table.json", 4)) == TINY_KEYS
 
 
 @pytest.mark.parametrize("bits", (8, 2))
-def test_sweep_tiny_low_bits(tmp_path, bits):
-    """``--bits 8`` / ``--bits 2``: rows checked against the oracle with those codes; the table is TUNED_BITS[bits]."""
+def test_sweep_tiny_low_bits(tmp_path, monkeypatch, bits):
+    """``--bits 8`` / ``--bits 2``: rows checked against the oracle with those codes; the table is that
+    bit width's, and ``--into`` puts it into a copy of the package's file, keeping the other bit widths."""
     S = _sweep()
-    rows = S.main(["--tiny", "--workers", "1", "--bits", str(bits), "--out", str(tmp_path)])
+    into = tmp_path / "into.json"
+    package = G.TUNED_DIR / f"{G.DEFAULT_GPU}-v{G.KERNEL_VERSION}.json"
+    into.write_text(package.read_text())
+    rows = S.main(["--tiny", "--workers", "1", "--bits", str(bits), "--out", str(tmp_path), "--into", str(into)])
     assert rows and all(r["correct"] and r["us"] > 0 and not r["error"] and r["bits"] == bits for r in rows), rows
     data = json.loads((tmp_path / f"sweep_gemv_m1_w{bits}.json").read_text())
     assert data["meta"]["bits"] == bits and len(data["rows"]) == len(rows)
-    ns = {"TUNED_BITS": {bits: {}}}
-    exec((tmp_path / f"tuned_table_w{bits}.py").read_text(), ns)
-    assert set(ns["TUNED_BITS"][bits]) == {(32, 128, 32, 1), (32, 128, 32, 8)}
-    assert all(G.Tactic.parse(t) for t in ns["TUNED_BITS"][bits].values())
+    fitted = json.loads((tmp_path / f"tuned_table_w{bits}.json").read_text())
+    assert set(fitted["tables"]) == {str(bits)}
+    table = {tuple(r[:4]): r[4] for r in fitted["tables"][str(bits)]}
+    assert set(table) == TINY_KEYS
+    assert all(G.Tactic.parse(t) for t in table.values())
+    merged, old = json.loads(into.read_text()), json.loads(package.read_text())
+    assert merged["tables"][str(bits)] == fitted["tables"][str(bits)]
+    assert merged["sources"][str(bits)] == str(tmp_path)
+    assert {b: t for b, t in merged["tables"].items() if b != str(bits)} == \
+        {b: t for b, t in old["tables"].items() if b != str(bits)}
+    merged["gpu"] = "sweep-test"
+    into.write_text(S.dump_tuned(merged))
+    assert _served(monkeypatch, into, bits) == table
+    other = 4  # another bit width: served as the package has it
+    assert _served(monkeypatch, into, other) == {tuple(r[:4]): r[4] for r in old["tables"][str(other)]} != {}
 
 
 @pytest.mark.parametrize("bits", (8, 2))
@@ -87,7 +130,7 @@ def _row(N, K, bs, M, tag, us, dtype="float16", correct=True):
     return {"N": N, "K": K, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag, "us": us, "correct": correct}
 
 
-def test_fit_rule():
+def test_fit_rule(tmp_path, monkeypatch):
     S = _sweep()
     rows = [
         _row(4096, 4096, 32, 1, "t1w8u2", 6.0), _row(4096, 4096, 32, 1, "t1w4u1p2k4", 5.0),  # k wins by 20%
@@ -100,9 +143,26 @@ def test_fit_rule():
     t = S.fit(rows)
     assert t == {(4096, 4096, 32, 1): "t1w4u1p2k4", (28672, 8192, 32, 1): "t2w8u1",
                  (28672, 8192, 32, 8): "t2w8u1p2", (28672, 8192, 128, 1): "t1w8u1"}
-    ns = {}
-    exec(S.table_source(t), ns)
-    assert ns["TUNED"] == t
+    path = tmp_path / "t.json"
+    path.write_text(S.dump_tuned(S.tuned_json(t, 4, "benchmarks/results/x", gpu="sweep-test")))
+    assert _served(monkeypatch, path, 4) == t
+
+
+def test_tuned_file_format():
+    """``dump_tuned`` spells a table like the package's file (byte for byte); ``merge_tuned`` replaces one
+    bit width and refuses a table of another GPU or kernel version."""
+    S = _sweep()
+    package = (G.TUNED_DIR / f"{G.DEFAULT_GPU}-v{G.KERNEL_VERSION}.json").read_text()
+    data = json.loads(package)
+    assert S.dump_tuned(data) == package
+    new = S.tuned_json({(32, 128, 32, 1): "t1w2u1"}, 8, "benchmarks/results/x")
+    merged = S.merge_tuned(data, new)
+    assert merged["tables"]["8"] == [[32, 128, 32, 1, "t1w2u1"]] and merged["sources"]["8"] == "benchmarks/results/x"
+    assert merged["tables"]["4"] == data["tables"]["4"] and merged["tables"]["2"] == data["tables"]["2"]
+    assert S.merge_tuned(data, S.tuned_json({}, 3, "s"))["tables"]["3"] == []
+    for field, value in (("gpu", "other"), ("kernel_version", G.KERNEL_VERSION + 1)):
+        with pytest.raises(ValueError, match=f"different {field}"):
+            S.merge_tuned(data, {**new, field: value})
 
 
 def test_tuned_tactic_nearest_and_fallback(monkeypatch):

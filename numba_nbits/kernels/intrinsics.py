@@ -189,7 +189,7 @@ else:  # pragma: no cover - compiled on a GPU only
 
 
 # ------------------------------------------------------------------------- tensor cores (mma)
-# Appended for the tensor-core kernels (kernels/gemv_mma.py, kernels/mixed_gemm.py).
+# Appended for the tensor-core kernels (kernels/gemv/mma_source.py, mma_ring.py, kernels/mixed_gemm/source.py).
 #
 # * ``mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` / ``mma_bf16(...)``:
 #   ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`` (one warp; every lane must
@@ -505,7 +505,7 @@ else:  # pragma: no cover - compiled on a GPU only
 
 # --------------------------------------------------------------------------- L2-only loads
 # ``ldcg(arr, i)``: ``arr[i]`` read through L2 only (``ld.global.cg``, numba's cache-hint intrinsic),
-# for data written by other CTAs of the same launch (the split-K workspace of gemv_mma). The
+# for data written by other CTAs of the same launch (the split-K workspace of kernels/gemv/mma.py). The
 # simulator has no cache hints (``cuda.ldcg`` is None there); its twin is a plain read.
 
 
