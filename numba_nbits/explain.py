@@ -61,12 +61,16 @@ def explain(M: int, N: int, K: int, bits: int = 4, block_size: int = 32, dtype: 
 
 
 def route_table_markdown() -> str:
-    """The route table as markdown: order, route, kernel family, bias handling, guards."""
-    lines = ["| # | route | kernel module | bias | guards (all must hold) |", "|---|---|---|---|---|"]
+    """The route table as markdown: order, route, the family's code (``KernelFamily.sources``), bias
+    handling, guards."""
+    from .kernels import get_family
+
+    lines = ["| # | route | code | bias | guards (all must hold) |", "|---|---|---|---|---|"]
     for i, r in enumerate(ROUTES, 1):
         guards = "; ".join(f"`{g.text}`" for g in r.guards)
         bias = {"fused": "fused in kernel", "add": "bias-add kernel after"}[r.bias]
-        lines.append(f"| {i} | `{r.name}` — {r.summary} | `kernels/{r.family}.py` | {bias} | {guards} |")
+        code = ", ".join(f"`kernels/{path}`" for path in get_family(r.family).sources)
+        lines.append(f"| {i} | `{r.name}` — {r.summary} | {code} | {bias} | {guards} |")
     return "\n".join(lines)
 
 

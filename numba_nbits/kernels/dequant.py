@@ -282,4 +282,4 @@ def build(weights, problem, config, route: str = "dequant_cublas"):
     return DequantGemmPlan(weights, problem, config, route, chunked=route == "dequant_cublas_chunked")
 
 
-FAMILY = KernelFamily("dequant", supports, build)
+FAMILY = KernelFamily("dequant", supports, build, ("dequant.py",))

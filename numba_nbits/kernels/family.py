@@ -63,3 +63,6 @@ class KernelFamily:
     supports: Callable[[Any], bool]
     #: ``build(weights, problem, config, route) -> Plan`` for one M; ``route`` is the dispatch route's name
     build: Callable[..., Plan]
+    #: where its code is, relative to ``numba_nbits/kernels/``: the family module first, then the kernel
+    #: generators it builds from (the README's route table names them)
+    sources: tuple = ()

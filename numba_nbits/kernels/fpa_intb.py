@@ -254,4 +254,4 @@ def build(weights, problem, config, route: str = ROUTE):
     return FpaIntbPlan(weights, problem, config, prof)
 
 
-FAMILY = KernelFamily(ROUTE, supports, build)
+FAMILY = KernelFamily(ROUTE, supports, build, ("fpa_intb.py", "mixed_gemm/"))

@@ -62,4 +62,4 @@ def build(weights, problem, config=None, route: str = ROUTE) -> core.GemvPlan:
                            bias=weights.bias is not None)
 
 
-FAMILY = KernelFamily("router", supports, build)
+FAMILY = KernelFamily("router", supports, build, ("gemv/router.py", "gemv/core_source.py"))

@@ -60,4 +60,4 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
                        tactic)
 
 
-FAMILY = KernelFamily(ROUTE, supports, build)
+FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/w2.py", "gemv/mma_source.py", "gemv/core_source.py"))

@@ -70,4 +70,4 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
                        tactic)
 
 
-FAMILY = KernelFamily(ROUTE, supports, build)
+FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/w4.py", "gemv/mma_source.py", "gemv/core_source.py"))

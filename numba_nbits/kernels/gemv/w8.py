@@ -78,4 +78,4 @@ def build_cuda_core(weights, problem, l2pf: bool = False, route: str = ROUTE) ->
     return core.build_shaped(weights, problem, route, mt, SHAPES, l2pf)
 
 
-FAMILY = KernelFamily(ROUTE, supports, build)
+FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/w8.py", "gemv/mma_source.py", "gemv/core_source.py"))
