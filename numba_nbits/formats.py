@@ -238,10 +238,6 @@ class QuantFormat:
         """Bytes per block of B: ``block_size * bits / 8``."""
         return blob_size(block_size, self.bits)
 
-    def zp_row_bytes(self, k_blocks: int) -> int:
-        """Bytes per row of packed zero points: ``ceil(k_blocks * bits / 8)``."""
-        return zp_blob_size(k_blocks, self.bits)
-
 
 #: One ``QuantFormat`` per supported bit width.
 FORMATS = {b: QuantFormat(b) for b in SUPPORTED_BITS}

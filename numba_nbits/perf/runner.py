@@ -304,7 +304,7 @@ class _Ctx:
 
 
 def reference_rows_for(rows: list[dict]) -> list[dict]:
-    """ORT reference rows (h200-measurements.md) for the (N, K, bits, block, dtype, zp, M) we measured."""
+    """ORT reference rows (``perf.reference_rows``) for the (N, K, bits, block, dtype, zp, M) we measured."""
     from .reference_rows import reference_rows
 
     measured = {(r["N"], r["K"], r["bits"], r["block"], r["dtype"], r["zp"], r["M"]): r for r in rows
