@@ -234,10 +234,6 @@ class QuantFormat:
         the magic-number decode that turns two codes into two half-precision values at once."""
         return self.max_code * 0x10001
 
-    def blob_size(self, block_size: int) -> int:
-        """Bytes per block of B: ``block_size * bits / 8``."""
-        return blob_size(block_size, self.bits)
-
 
 #: One ``QuantFormat`` per supported bit width.
 FORMATS = {b: QuantFormat(b) for b in SUPPORTED_BITS}

@@ -39,7 +39,7 @@ def test_sizes():
 
 def test_quant_format():
     f = fm.quant_format(4)
-    assert (f.blob_size(32), f.default_zero_point, f.codes_per_byte, f.codes_per_word, f.max_code) == (16, 8, 2, 8, 15)
+    assert (f.default_zero_point, f.codes_per_byte, f.codes_per_word, f.max_code) == (8, 2, 8, 15)
     assert f.pair_mask == 0x000F000F and fm.quant_format(2).pair_mask == 0x00030003
     assert sorted(fm.FORMATS) == list(BITS) and all(fm.FORMATS[b].bits == b for b in BITS)
     with pytest.raises(Exception):
