@@ -176,9 +176,5 @@ class Bound:
     def __call__(self):
         run = self._run
         if run is not None:
-            s = self._stream
-            if s is None:
-                f = self._stream_of
-                s = f() if f is not None else 0
-            run(self._a, self._o, s)
+            run(self._a, self._o, _call_stream(self._stream, self._stream_of))
         return self._out

@@ -75,14 +75,17 @@ def route_table_markdown() -> str:
 
 
 def main(argv=None) -> int:
+    from .formats import SUPPORTED_BITS
+    from .weights import ZP_KINDS
+
     p = argparse.ArgumentParser(prog="python -m numba_nbits.explain", description=__doc__.splitlines()[0])
     p.add_argument("--M", type=int, default=1)
     p.add_argument("--N", type=int, default=4096)
     p.add_argument("--K", type=int, default=4096)
-    p.add_argument("--bits", type=int, default=4, choices=(2, 4, 8))
+    p.add_argument("--bits", type=int, default=4, choices=SUPPORTED_BITS)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
-    p.add_argument("--zero-points", default="none", choices=("none", "packed", "typed"))
+    p.add_argument("--zero-points", default="none", choices=ZP_KINDS)
     p.add_argument("--g-idx", action="store_true")
     p.add_argument("--bias", action="store_true")
     p.add_argument("--weight-prepacked", type=int, default=0, choices=(0, 1, 2),

@@ -25,6 +25,9 @@ class Plan:
     route: str = ""
     kernel: str = ""
     tactic: str = "n/a"
+    #: the packing SM and weight layout the debug line reports; a plan reading ORT's layout keeps these
+    packing_sm: Any = "n/a"
+    weight_format: str = "ort"
     bias_launch: Any = None
 
     def enqueue(self, a, out, stream: int) -> None:
@@ -49,9 +52,10 @@ class Plan:
         self.kernel = f"{self.kernel}+bias_add"
 
     def debug_fields(self) -> dict:
-        """The plan's fields of the ``ORT_FPA_INTB_DEBUG`` line: ``packing_sm`` and ``weight_format`` (what
-        a plan reading ORT's layout reports: ``n/a``, ``ort``), ``kernel`` and ``tactic``."""
-        return {"packing_sm": "n/a", "weight_format": "ort", "kernel": self.kernel, "tactic": self.tactic}
+        """The plan's fields of the ``ORT_FPA_INTB_DEBUG`` line: ``packing_sm``, ``weight_format``, ``kernel``
+        and ``tactic``."""
+        return {"packing_sm": self.packing_sm, "weight_format": self.weight_format, "kernel": self.kernel,
+                "tactic": self.tactic}
 
 
 @dataclass(frozen=True)

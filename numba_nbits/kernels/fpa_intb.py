@@ -10,8 +10,7 @@ this M's bucket (profiling the bucket on first use, outside capture) and builds 
 * ``gemv:<route>`` / ``dequant_cublas`` / ``dequant_cublas_chunked`` — an existing route's plan, plus the
   bias-add launch attached (``Plan.add_bias``) when that route does not fuse bias, so to the caller
   the route always serves bias itself; ``gemv:<route>+<variant>`` — that route's tensor-core plan with a
-  ``kernels/gemv/tactics.py``
-  tactic (paired-K, wave-aware).
+  ``kernels/gemv/tactics.py`` tactic (paired-K, wave-aware).
 
 Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only for an SM90 device with
 ``weight_prepacked == 2``, else 80; it picks the prepacked layout (``arch`` of
@@ -19,7 +18,8 @@ Packing SM (spec §7.4): ``packing_sm(device_sm, weight_prepacked)`` is 90 only 
 is 2 for packing SM 90, else 1 (the "does not match the format" check of §7.3).
 
 What the family's kernel needs (``supports``) is the mixed GEMM's ``supports``; the spec's N alignment of
-the route (``dispatch.routes.FPA_N_ALIGN``: N % 64 for 4-bit, N % 32 for 8-bit, as ORT's fpA_intB kernels need) is a route guard.
+the route (``dispatch.routes.FPA_N_ALIGN``: N % 64 for 4-bit, N % 32 for 8-bit, as ORT's fpA_intB kernels
+need) is a route guard.
 
 An A that is not 16-byte aligned (the mixed GEMM loads 16 bytes at a time) is served by dequantize +
 cuBLAS, built on first need; with a prepacked B there is no such fallback and the call fails clearly.
@@ -148,14 +148,7 @@ def m_chunk_rows(M: int, N: int, K: int, itemsize: int, config, buckets) -> int:
     return 0
 
 
-class _DebugFields:
-    def debug_fields(self) -> dict:
-        """``packing_sm``, ``weight_format``, ``kernel`` and ``tactic`` of the ``ORT_FPA_INTB_DEBUG`` line."""
-        return {"packing_sm": self.packing_sm, "weight_format": self.weight_format, "kernel": self.kernel,
-                "tactic": self.tactic}
-
-
-class FpaIntbPlan(_DebugFields, Plan):
+class FpaIntbPlan(Plan):
     """The route's plan for one M: the candidate the profiler chose for M's bucket (module docstring);
     with M chunking (``m_chunk_rows`` > 0) ``ChunkedFpaIntbPlan`` runs one per chunk size."""
 
@@ -210,7 +203,7 @@ class FpaIntbPlan(_DebugFields, Plan):
         return self._unaligned
 
 
-class ChunkedFpaIntbPlan(_DebugFields, Plan):
+class ChunkedFpaIntbPlan(Plan):
     """M chunking (spec §7.7): ``ceil(M / Mc)`` row slices of A and Y, each run by the ``FpaIntbPlan`` of
     its own row count (so the tactic of its own bucket: one plan for the full chunks, one for the rest).
     ``run`` only offsets pointers (no allocation, no sync: graph-capturable once built). ``chunks``,
