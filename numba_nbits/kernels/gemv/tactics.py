@@ -158,8 +158,6 @@ class Tactic:
                       int(gr or 0))
 
 
-
-
 def _table_path(gpu: str) -> Path:
     return TUNED_DIR / f"{gpu}-v{KERNEL_VERSION}.json"
 
