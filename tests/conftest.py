@@ -63,27 +63,38 @@ def pytest_cmdline_main(config):
         opt.numprocesses = n
         if getattr(opt, "dist", "no") == "no":
             opt.dist = "load"  # hands out the collection in order: heavy tests (sorted first) start first
+            if getattr(opt, "maxschedchunk", None) is None:
+                opt.maxschedchunk = 1  # one test at a time, so the heavy ones spread over all workers
     return None
 
 
-#: Test functions that take tens of seconds each on a GPU with a cold kernel cache (profiling every fpA_intB
-#: tactic, the fuzz shards, sweeps over many kernel specialisations). ``pytest_collection_modifyitems`` runs
-#: them first, so that parallel workers start the long ones early instead of finishing on them.
-HEAVY_TESTS = frozenset({
-    "test_gpu_fpa_intb_matches_oracle", "test_fuzz_vs_oracle", "test_w4_gpu_shapes", "test_fp32_accumulation",
-    "test_bitwise_reproducible", "test_nan_inf_propagation", "test_w4_onehot_decode_exact",
-    "test_mixed_gemm_every_tactic_gpu", "test_mixed_gemm_gpu_m_sweep", "test_mixed_gemm_8bit_matches_reference",
-    "test_op_matches_oracle", "test_w4_small_m", "test_gemv_mma_low_bits", "test_mixed_gemm_split_k",
-})
+#: Test functions that take many seconds each on a GPU with a cold kernel cache (profiling every fpA_intB
+#: tactic, the fuzz shards, sweeps over many kernel specialisations), heaviest first by their mean duration per
+#: case in a cold 16-worker run on an H200 (2026-12-01). ``pytest_collection_modifyitems`` runs them first in
+#: this order and the workers take tests one at a time (``--maxschedchunk 1``), so the long ones start early
+#: on every worker instead of queueing on a few.
+HEAVY_TESTS = (
+    "test_gpu_m_chunked", "test_op_matches_oracle", "test_debug_line",
+    "test_gpu_capture_after_warmup_and_unprofiled_bucket", "test_fuzz_vs_oracle", "test_gpu_fpa_intb_matches_oracle",
+    "test_workers_protocol_in_subprocesses", "test_sweep_tiny_low_bits", "test_w2_onehot_decode_exact",
+    "test_mixed_gemm_loads_stay_behind_their_guards", "test_beyond_2_31", "test_w4_gpu_shapes",
+    "test_fp32_accumulation", "test_bitwise_reproducible", "test_bench_mixed_gemm_tiny", "test_gpu_l2_prefetch",
+    "test_w2_gpu_shapes", "test_nan_inf_propagation", "test_w4_onehot_decode_exact", "test_w2_small_m",
+    "test_w8_gpu_shapes", "test_gemv_mma_variants", "test_mixed_gemm_every_tactic_gpu",
+    "test_mixed_gemm_gpu_m_sweep", "test_mixed_gemm_8bit_matches_reference", "test_w4_small_m",
+    "test_gemv_mma_low_bits", "test_mixed_gemm_split_k",
+)
+_HEAVY_RANK = {name: i for i, name in enumerate(HEAVY_TESTS)}
 
 EXHAUSTIVE_ENV = "NUMBA_NBITS_TEST_EXHAUSTIVE"
 exhaustive = pytest.mark.exhaustive
 
 
 def heavy_first(items: list) -> list:
-    """``items`` with the ``HEAVY_TESTS`` ones first, each group in its collected order."""
-    heavy = [it for it in items if getattr(it, "originalname", it.name) in HEAVY_TESTS]
-    return heavy + [it for it in items if getattr(it, "originalname", it.name) not in HEAVY_TESTS]
+    """``items`` with the ``HEAVY_TESTS`` ones first, in that tuple's order (the cases of one function in
+    their collected order), then the others in their collected order."""
+    rank = [_HEAVY_RANK.get(getattr(it, "originalname", it.name), len(HEAVY_TESTS)) for it in items]
+    return [it for _, _, it in sorted(zip(rank, range(len(items)), items), key=lambda t: t[:2])]
 
 
 def pytest_configure(config):

@@ -90,7 +90,7 @@ def test_bench_reports_a_failing_tactic(tmp_path, monkeypatch, capsys):
 
     real_build = X.build
     monkeypatch.setattr(X, "build", lambda w, p, c, t, *r: boom() if t == "broken" else real_build(w, p, c, t, *r))
-    monkeypatch.setattr(bench, "_dense_runner", lambda *a: ([lambda: None], "dense_fp16/stub"))
+    monkeypatch.setattr(bench, "_dense_runner", lambda *a: ([lambda stream: None], "dense_fp16/stub"))
     monkeypatch.setattr(bench, "_checked", lambda fn, sim: 1.0)  # no kernel runs: logic only
     monkeypatch.setattr(bench, "_row", lambda rows, shape, M, bits, subject, us, nb, err: rows.append(
         {"shape": "x", "M": M, "bits": bits, "block": 128, "route/tactic": subject, "us": us, "TFLOP/s": 1.0,

@@ -42,18 +42,24 @@ class _Item:
         self.originalname, self.name = name.split("[")[0], name
 
 
-def test_heavy_tests_run_first_in_collected_order():
-    names = ["test_a", "test_fuzz_vs_oracle[0]", "test_b[1]", "test_gpu_fpa_intb_matches_oracle[x]",
+def test_heavy_tests_run_first_heaviest_first():
+    names = ["test_a", "test_gpu_fpa_intb_matches_oracle[x]", "test_fuzz_vs_oracle[0]", "test_b[1]",
              "test_fuzz_vs_oracle[1]", "test_c"]
     got = [it.name for it in heavy_first([_Item(n) for n in names])]
-    assert got == ["test_fuzz_vs_oracle[0]", "test_gpu_fpa_intb_matches_oracle[x]", "test_fuzz_vs_oracle[1]",
+    assert HEAVY_TESTS.index("test_fuzz_vs_oracle") < HEAVY_TESTS.index("test_gpu_fpa_intb_matches_oracle")
+    assert got == ["test_fuzz_vs_oracle[0]", "test_fuzz_vs_oracle[1]", "test_gpu_fpa_intb_matches_oracle[x]",
                    "test_a", "test_b[1]", "test_c"]
+
+
+def test_heavy_tests_are_named_once():
+    assert len(set(HEAVY_TESTS)) == len(HEAVY_TESTS)
 
 
 def test_every_heavy_test_exists():
     here = pathlib.Path(__file__).parent
     defined = {m for f in here.glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
-    assert not HEAVY_TESTS - defined, f"HEAVY_TESTS names no test: {sorted(HEAVY_TESTS - defined)}"
+    missing = sorted(set(HEAVY_TESTS) - defined)
+    assert not missing, f"HEAVY_TESTS names no test: {missing}"
 
 
 def test_exhaustive_cases_skip_unless_asked(tmp_path):
