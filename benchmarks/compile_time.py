@@ -1,0 +1,174 @@
+"""Where the cold compile of a kernel specialisation goes: source generation, numba's front end pass by pass,
+NVVM (LLVM IR to PTX) and the link (PTX to cubin through nvJitLink).
+
+    python -m benchmarks.compile_time [--shapes 4096x4096 14336x4096 ...] [--bits 4] [--block 128]
+                                      [--dtype float16] [--M 1-16] [--cc 9.0] [--limit N]
+
+The kernels are the ones the default routes build for the given weight shapes (fp16 / bf16, zero points
+none): one tensor-core GEMV specialisation per distinct (m-tiles, tactic) over M = 1..16 (the tactic as
+``gemv.tactics.default_tactic`` picks it), the dequantize kernel (the M > 16 route: dequantize + cuBLAS)
+and the bias-add kernel. Each is compiled from scratch in this process for compute capability ``--cc``; no
+GPU is needed (without one, numba's current-device query is answered with ``--cc`` for typing, and the
+cubin is linked by nvJitLink). The first compilation of a process also pays numba's one-time set-up, so
+a small warm-up kernel is compiled (and not reported) first.
+
+Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
+kernel with its generated-source lines, ``gen_s``, ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
+IR), ``nvvm_s``, ``link_s``, ``total_s`` and the five costliest front-end passes; prints a table and the
+front end's share of the total.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import inspect
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = ["kernel", "lines", "gen_s", "frontend_s", "nvvm_s", "link_s", "total_s", "top_passes"]
+
+
+def _answer_device_queries_with(cc: tuple) -> None:
+    """Without a GPU, numba's typing asks for the current device's compute capability: answer ``cc``."""
+    from numba import cuda
+
+    if cuda.is_available():
+        return
+    import numba.cuda.dispatcher as dispatcher
+
+    class _Device:
+        compute_capability = cc
+
+    dispatcher.get_current_device = lambda: _Device()
+
+
+def _parse_M(text: str) -> list[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    bad = [m for m in out if not 1 <= m <= 16]
+    if bad:
+        raise SystemExit(f"--M: the GEMV serves M 1..16, got {sorted(bad)}")
+    return sorted(out)
+
+
+def kernel_set(shapes, bits: int, block: int, dtype: str, Ms) -> list:
+    """The default routes' kernels for the shapes: (Kernel, source lines, seconds to generate the source)."""
+    from numba_nbits.kernels.bias import bias_add_kernel
+    from numba_nbits.kernels.dequant import dequant_kernel
+    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, generate_source
+    from numba_nbits.kernels.gemv.tactics import default_tactic
+
+    seen, out = set(), []
+    for N, K in shapes:
+        for M in Ms:
+            mt = 1 if M <= 8 else 2  # as GemvMmaPlan
+            tac = default_tactic(N, K, block, M, bits)
+            key = (mt, tac)
+            if key in seen:
+                continue
+            seen.add(key)
+            t0 = time.perf_counter()
+            src = generate_source(dtype, mt, tac, block, "none", bits)
+            gen_s = time.perf_counter() - t0
+            out.append((gemv_mma_kernel(dtype, mt, tac, block, "none", bits), len(src.splitlines()), gen_s))
+    for k in (dequant_kernel(bits, dtype, "none", False), bias_add_kernel(dtype)):
+        out.append((k, _lines(k.pyfunc), 0.0))
+    return out
+
+
+def _lines(fn) -> int | str:
+    """Source lines of a kernel (generated ones through ``codegen.load_source``'s linecache entry)."""
+    try:
+        return len(inspect.getsource(fn).splitlines())
+    except (OSError, TypeError):
+        return ""
+
+
+def stages(kernel, cc: tuple) -> dict:
+    """Compile ``kernel`` from scratch: seconds per stage and the costliest front-end passes."""
+    from numba.cuda import types
+    from numba.cuda.compiler import compile_cuda, kernel_fixup
+    from numba.cuda.cudadrv import nvvm
+
+    cc3 = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+    t0 = time.perf_counter()
+    cres = compile_cuda(kernel.pyfunc, types.void, kernel.argtypes, debug=False, lineinfo=False, fastmath=False,
+                        nvvm_options={"fastmath": False, "opt": 3}, cc=cc3)
+    lib = cres.library
+    fn = lib.get_function(cres.fndesc.llvm_func_name)
+    kernel_fixup(fn, False)
+    nvvm.set_launch_bounds(fn, kernel.options.get("launch_bounds"))
+    lib.get_llvm_str()
+    t1 = time.perf_counter()
+    lib.get_asm_str(cc=cc3)
+    t2 = time.perf_counter()
+    lib.get_cubin(cc=cc3)
+    t3 = time.perf_counter()
+    passes = []
+    for timings in cres.metadata.get("pipeline_times", {}).values():
+        for name, v in timings.items():
+            passes.append((v.init + v.run + v.finalize, name.split("_", 1)[-1]))
+    passes.sort(reverse=True)
+    return {"frontend_s": t1 - t0, "nvvm_s": t2 - t1, "link_s": t3 - t2, "total_s": t3 - t0,
+            "top_passes": "; ".join(f"{n} {s:.2f}" for s, n in passes[:5])}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.compile_time", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=["4096x4096", "1024x4096", "14336x4096", "4096x14336",
+                                                    "128256x4096"], help="NxK weight shapes (default: Llama-3-8B)")
+    ap.add_argument("--bits", type=int, default=4, choices=(2, 4, 8))
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    ap.add_argument("--M", default="1-16", help="Ms of the GEMV route to cover (1..16)")
+    ap.add_argument("--cc", default="9.0", help="compute capability to compile for")
+    ap.add_argument("--limit", type=int, default=0, help="compile at most this many kernels (0: all)")
+    args = ap.parse_args(argv)
+    try:
+        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
+        cc = tuple(int(x) for x in args.cc.split("."))
+    except ValueError:
+        raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)") from None
+    if any(len(s) != 2 for s in shapes) or len(cc) != 2:
+        raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)")
+    os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
+    _answer_device_queries_with(cc)
+
+    from numba_nbits.kernels.bias import bias_add_kernel
+
+    stages(bias_add_kernel("float32"), cc)  # numba's one-time set-up, not reported
+    todo = kernel_set(shapes, args.bits, args.block, args.dtype, _parse_M(args.M))
+    if args.limit:
+        todo = todo[:args.limit]
+    rows = []
+    for kernel, lines, gen_s in todo:
+        r = {"kernel": kernel.name, "lines": lines, "gen_s": round(gen_s, 4)}
+        r.update(stages(kernel, cc))
+        for k in ("frontend_s", "nvvm_s", "link_s", "total_s"):
+            r[k] = round(r[k], 3)
+        rows.append(r)
+        print(f"{r['kernel']:<50} {r['lines']!s:>5} lines  front end {r['frontend_s']:6.2f} s  NVVM {r['nvvm_s']:5.2f} s"
+              f"  link {r['link_s']:5.2f} s  | {r['top_passes']}", flush=True)
+    out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results" /
+               f"{datetime.date.today().isoformat()}-compile-time")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "compile_time.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    tot = sum(r["total_s"] for r in rows)
+    fe = sum(r["frontend_s"] for r in rows)
+    print(f"\n{len(rows)} kernels, {tot:.1f} s in all (one process, cc {args.cc}); front end {fe:.1f} s "
+          f"({100 * fe / tot:.0f}%), NVVM {sum(r['nvvm_s'] for r in rows):.1f} s, link "
+          f"{sum(r['link_s'] for r in rows):.1f} s -> {out / 'compile_time.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

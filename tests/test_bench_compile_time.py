@@ -1,0 +1,34 @@
+"""benchmarks/compile_time.py: which kernels it compiles for a model's shapes, and its argument checks (the
+timing itself needs numba-cuda's compiler, not the simulator: it runs wherever NVVM is installed)."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import compile_time as ct
+from numba_nbits.kernels.gemv.tactics import default_tactic
+
+
+def test_kernel_set_is_one_gemv_per_tile_and_tactic_then_dequant_and_bias():
+    shapes = [(4096, 4096), (14336, 4096)]
+    got = ct.kernel_set(shapes, 4, 128, "float16", range(1, 17))
+    names = [k.name for k, _, _ in got]
+    want = []
+    for N, K in shapes:
+        for M in range(1, 17):
+            t = default_tactic(N, K, 128, M, 4)
+            name = f"gemv_mma_w4_float16_mt{1 if M <= 8 else 2}_{t.tag}_b128_none"
+            if name not in want:
+                want.append(name)
+    assert names == want + ["dequant_w4_float16_none_vec", "bias_add_float16"]
+    assert all(isinstance(lines, int) and lines > 0 for _, lines, _ in got[:len(want)])
+
+
+def test_M_outside_the_gemv_range_is_refused():
+    assert ct._parse_M("1-3,8") == [1, 2, 3, 8]
+    with pytest.raises(SystemExit, match="M 1..16"):
+        ct._parse_M("1-32")
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(SystemExit, match="NxK"):
+        ct.main(["--shapes", "4096"])
