@@ -10,7 +10,8 @@ none): one tensor-core GEMV specialisation per distinct (m-tiles, tactic) over M
 and the bias-add kernel. Each is compiled from scratch in this process for compute capability ``--cc``; no
 GPU is needed (without one, numba's current-device query is answered with ``--cc`` for typing, and the
 cubin is linked by nvJitLink). The first compilation of a process also pays numba's one-time set-up, so
-a small warm-up kernel is compiled (and not reported) first.
+a small warm-up kernel is compiled (and not reported) first. Kernels compile as the library compiles them,
+with ``numba_nbits.lowering_fix`` installed; ``--stock-lowering`` measures numba-cuda's lowering as shipped.
 
 Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
 kernel with its generated-source lines, ``gen_s``, ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
@@ -129,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--M", default="1-16", help="Ms of the GEMV route to cover (1..16)")
     ap.add_argument("--cc", default="9.0", help="compute capability to compile for")
     ap.add_argument("--limit", type=int, default=0, help="compile at most this many kernels (0: all)")
+    ap.add_argument("--stock-lowering", action="store_true",
+                    help="compile with numba-cuda's lowering as shipped (without numba_nbits.lowering_fix)")
     args = ap.parse_args(argv)
     try:
         shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
@@ -139,6 +142,11 @@ def main(argv=None) -> int:
         raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)")
     os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
     _answer_device_queries_with(cc)
+    from numba_nbits import lowering_fix
+
+    if not args.stock_lowering:
+        lowering_fix.install()
+    print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}")
 
     from numba_nbits.kernels.bias import bias_add_kernel
 

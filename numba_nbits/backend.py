@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from . import lowering_fix
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -213,6 +214,8 @@ def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options
     """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
+    if compiler() == "numba" and not simulated():
+        lowering_fix.install()
     ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
     return ptx
 
@@ -229,6 +232,7 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
         cres = disp.compile(sig)
         return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
     check_numba_numpy()
+    lowering_fix.install()
     disp = c.jit(sig, **options)(pyfunc)
     return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 
