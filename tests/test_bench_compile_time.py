@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import compile_time as ct
 from numba_nbits.kernels.gemv.tactics import default_tactic
+
+
+def _ct():
+    from benchmarks import compile_time  # the repository's scripts, not an installed package
+
+    return compile_time
 
 
 def test_kernel_set_is_one_gemv_per_tile_and_tactic_then_dequant_and_bias():
     shapes = [(4096, 4096), (14336, 4096)]
-    got = ct.kernel_set(shapes, 4, 128, "float16", range(1, 17))
+    got = _ct().kernel_set(shapes, 4, 128, "float16", range(1, 17))
     names = [k.name for k, _, _ in got]
     want = []
     for N, K in shapes:
@@ -24,6 +29,7 @@ def test_kernel_set_is_one_gemv_per_tile_and_tactic_then_dequant_and_bias():
 
 
 def test_M_outside_the_gemv_range_is_refused():
+    ct = _ct()
     assert ct._parse_M("1-3,8") == [1, 2, 3, 8]
     with pytest.raises(SystemExit, match="M 1..16"):
         ct._parse_M("1-32")
@@ -31,4 +37,4 @@ def test_M_outside_the_gemv_range_is_refused():
 
 def test_bad_shapes_are_refused():
     with pytest.raises(SystemExit, match="NxK"):
-        ct.main(["--shapes", "4096"])
+        _ct().main(["--shapes", "4096"])
