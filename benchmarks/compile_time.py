@@ -14,7 +14,7 @@ a small warm-up kernel is compiled (and not reported) first. Kernels compile as 
 with ``numba_nbits.lowering_fix`` installed; ``--stock-lowering`` measures numba-cuda's lowering as shipped.
 
 Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
-kernel with its generated-source lines, ``gen_s``, ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
+kernel with its generated-source lines, ``gen_s`` (generating and loading the Python source), ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
 IR), ``nvvm_s``, ``link_s``, ``total_s`` and the five costliest front-end passes; prints a table and the
 front end's share of the total.
 """
@@ -48,38 +48,35 @@ def _answer_device_queries_with(cc: tuple) -> None:
 
 
 def _parse_M(text: str) -> list[int]:
-    out: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    bad = [m for m in out if not 1 <= m <= 16]
+    """``--M`` as ``numba_nbits.precompile`` reads it, within the GEMV's M range."""
+    from numba_nbits.precompile import parse_M
+
+    try:
+        Ms = parse_M(text)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    bad = [m for m in Ms if m > 16]
     if bad:
-        raise SystemExit(f"--M: the GEMV serves M 1..16, got {sorted(bad)}")
-    return sorted(out)
+        raise SystemExit(f"--M: the GEMV serves M 1..16, got {bad}")
+    return Ms
 
 
 def kernel_set(shapes, bits: int, block: int, dtype: str, Ms) -> list:
-    """The default routes' kernels for the shapes: (Kernel, source lines, seconds to generate the source)."""
+    """The default routes' kernels for the shapes: (Kernel, source lines, seconds to generate and load the
+    Python source; 0 for a kernel factory that ran before in this process)."""
     from numba_nbits.kernels.bias import bias_add_kernel
     from numba_nbits.kernels.dequant import dequant_kernel
-    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, generate_source
-    from numba_nbits.kernels.gemv.tactics import default_tactic
+    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+    from numba_nbits.kernels.gemv.tactics import default_tactic, m_tiles
 
-    seen, out = set(), []
-    for N, K in shapes:
-        for M in Ms:
-            mt = 1 if M <= 8 else 2  # as GemvMmaPlan
-            tac = default_tactic(N, K, block, M, bits)
-            key = (mt, tac)
-            if key in seen:
-                continue
-            seen.add(key)
-            t0 = time.perf_counter()
-            src = generate_source(dtype, mt, tac, block, "none", bits)
-            gen_s = time.perf_counter() - t0
-            out.append((gemv_mma_kernel(dtype, mt, tac, block, "none", bits), len(src.splitlines()), gen_s))
-    for k in (dequant_kernel(bits, dtype, "none", False), bias_add_kernel(dtype)):
-        out.append((k, _lines(k.pyfunc), 0.0))
+    gemv = dict.fromkeys((m_tiles(M), default_tactic(N, K, block, M, bits)) for N, K in shapes for M in Ms)
+    makers = [lambda mt=mt, tac=tac: gemv_mma_kernel(dtype, mt, tac, block, "none", bits) for mt, tac in gemv]
+    makers += [lambda: dequant_kernel(bits, dtype, "none", False), lambda: bias_add_kernel(dtype)]
+    out = []
+    for make in makers:
+        t0 = time.perf_counter()
+        k = make()
+        out.append((k, _lines(k.pyfunc), time.perf_counter() - t0))
     return out
 
 
@@ -136,10 +133,10 @@ def main(argv=None) -> int:
     try:
         shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
         cc = tuple(int(x) for x in args.cc.split("."))
+        if any(len(s) != 2 for s in shapes) or len(cc) != 2:
+            raise ValueError
     except ValueError:
         raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)") from None
-    if any(len(s) != 2 for s in shapes) or len(cc) != 2:
-        raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)")
     os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
     _answer_device_queries_with(cc)
     from numba_nbits import lowering_fix

@@ -92,9 +92,8 @@ exhaustive = pytest.mark.exhaustive
 
 def heavy_first(items: list) -> list:
     """``items`` with the ``HEAVY_TESTS`` ones first, in that tuple's order (the cases of one function in
-    their collected order), then the others in their collected order."""
-    rank = [_HEAVY_RANK.get(getattr(it, "originalname", it.name), len(HEAVY_TESTS)) for it in items]
-    return [it for _, _, it in sorted(zip(rank, range(len(items)), items), key=lambda t: t[:2])]
+    their collected order), then the others in their collected order (a stable sort by rank)."""
+    return sorted(items, key=lambda it: _HEAVY_RANK.get(getattr(it, "originalname", it.name), len(HEAVY_TESTS)))
 
 
 def pytest_configure(config):

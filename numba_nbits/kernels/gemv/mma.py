@@ -26,7 +26,7 @@ from ..family import Plan
 from .layout import MMA_LAYOUTS, TILE_N, Packed, prepack
 from .mma_ring import gen_ring_source
 from .mma_source import gen_source
-from .tactics import Tactic, default_tactic, sm_count, supports
+from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
@@ -71,8 +71,7 @@ class GemvMmaPlan(Plan):
         self.l2pf = l2pf
         pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
-        MT = 1 if M <= 8 else 2
-        k = gemv_mma_kernel(weights.dtype, MT, tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf)
+        k = gemv_mma_kernel(weights.dtype, m_tiles(M), tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf)
         self.kernel = k.name
         self._kernel = k
         zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)

@@ -177,6 +177,11 @@ def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
     return _load_tables(gpu).get(bits, {})
 
 
+def m_tiles(M: int) -> int:
+    """8-row m-tiles of A the kernel covers for M: 1 for M = 1..8, 2 for M = 9..16."""
+    return 1 if M <= 8 else 2
+
+
 def m_class(M: int) -> int:
     """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
     return 1 if M <= 1 else 8 if M <= 8 else 16
@@ -273,7 +278,7 @@ def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4) -> T
 
 def wave_tactic(N: int, K: int, block_size: int, M: int, bits: int, sm_count: int) -> Tactic:
     """The wave-aware tactic for ``sm_count`` SMs (module docstring)."""
-    R = WAVE_CTAS_PER_SM[1 if M <= 8 else 2]
+    R = WAVE_CTAS_PER_SM[m_tiles(M)]
     wave = R * sm_count
     groups = -(-N // TILE_N)  # one 16-row tile per warp: the register budget of minb = R
     n_super = -(-K // super_chunk(block_size, bits))
