@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The large fuzz profile of tests/test_fuzz.py split over parallel processes: the fuzz is CPU-bound (each
 # new specialisation compiles), so thousands of examples take a fraction of the time they take in one process.
-# Each shard is one pytest process with its own hypothesis seed; their case counts are merged into
-# $OUT/fuzz_cases.json (total, per route / bits / dtype, seeds, per-shard exit codes). A shard killed by
-# FUZZ_TIMEOUT still contributes the examples it checked (test_fuzz.py rewrites its counts after every
-# example) and any failure it met (appended to its fuzz_failures.log as it happens).
+# Each shard is one pytest process with its own fuzz seed (NUMBA_NBITS_FUZZ_SEED: its own reproducible
+# problems); their case counts are merged into $OUT/fuzz_cases.json (total, per route / bits / dtype,
+# seeds, per-shard exit codes). A shard killed by FUZZ_TIMEOUT still contributes the examples it checked
+# (test_fuzz.py rewrites its counts after every example) and any failure it met (appended to its
+# fuzz_failures.log as it happens).
 #
 # Usage (repo root, PYTHONPATH set):
 #   OUT=dir [NUMBA_NBITS_FUZZ_EXAMPLES=3000] [SHARDS=8] [SEED=100] [FUZZ_TIMEOUT=540] bash tests/gpu_fuzz.sh
@@ -23,8 +24,8 @@ PER=$(( (TOTAL + SHARDS - 1) / SHARDS ))
 mkdir -p "$OUT"
 for i in $(seq 1 "$SHARDS"); do
   ( mkdir -p "$OUT/shard$i"
-    OUT="$OUT/shard$i" NUMBA_NBITS_FUZZ_EXAMPLES=$PER timeout "$T" "$PY" -m pytest -q -p no:cacheprovider -rfE \
-      --hypothesis-seed=$((SEED + i)) tests/test_fuzz.py > "$OUT/shard$i/fuzz.log" 2>&1
+    OUT="$OUT/shard$i" NUMBA_NBITS_FUZZ_EXAMPLES=$PER NUMBA_NBITS_FUZZ_SEED=$((SEED + i)) timeout "$T" "$PY" -m \
+      pytest -q -p no:cacheprovider -rfE tests/test_fuzz.py > "$OUT/shard$i/fuzz.log" 2>&1
     echo "EXIT $?" >> "$OUT/shard$i/fuzz.log" ) &
 done
 wait

@@ -17,10 +17,18 @@ the count records it (``dispatch_unavailable``).
 
 Profiles (chosen by ``SIMULATED``):
 
-* simulator: 40 derandomized examples (reproducible in CI), N <= 32, K <= 96, M <= 20;
-* GPU: 500 examples by default (over 16 parametrised shards, so parallel workers share them), shapes up to thousands (M*N*K capped so that the float64 oracle
-  stays ~30 ms), random seeds; ``NUMBA_NBITS_FUZZ_EXAMPLES=3000`` overrides the count in either
-  profile, ``NUMBA_NBITS_FUZZ_SHARDS`` the number of shards.
+* simulator: 40 examples, N <= 32, K <= 96, M <= 20;
+* GPU: 500 examples by default (over 16 parametrised shards, so parallel workers share them), shapes up to
+  thousands (M*N*K capped so that the float64 oracle stays ~30 ms);
+  ``NUMBA_NBITS_FUZZ_EXAMPLES=3000`` overrides the count in either profile, ``NUMBA_NBITS_FUZZ_SHARDS``
+  the number of shards.
+
+Both profiles are derandomized: a run draws the same problems as the last one, so it is reproducible
+and, on a GPU, a warm kernel cache serves it instead of compiling new specialisations for new random
+shapes. Hypothesis seeds a derandomized test from its function's digest, which parametrised copies
+share, so ``_shard_digest`` gives each shard its own (shard 0 with the default seed keeps the plain
+digest). ``NUMBA_NBITS_FUZZ_SEED=N`` draws another reproducible set; ``NUMBA_NBITS_FUZZ_SEED=random``
+draws new problems every run (``tests/gpu_fuzz.sh`` gives each of its processes its own seed).
 
 The number of examples run (total, per route, per bits/dtype) is printed at the end of the module
 and written to ``$OUT/fuzz_cases.json`` when ``OUT`` is set; with ``OUT`` set the file is also
@@ -62,11 +70,16 @@ _env_examples = os.environ.get("NUMBA_NBITS_FUZZ_EXAMPLES")
 # (one hypothesis run is one test: serial). On the simulator the draw is derandomized, so shards would
 # repeat each other: one shard there unless NUMBA_NBITS_FUZZ_SHARDS says otherwise.
 FUZZ_SHARDS = max(1, int(os.environ.get("NUMBA_NBITS_FUZZ_SHARDS") or (1 if SIMULATED else 16)))
+_env_seed = (os.environ.get("NUMBA_NBITS_FUZZ_SEED") or "0").strip()
+if _env_seed != "random" and not _env_seed.isdigit():
+    raise ValueError(f"NUMBA_NBITS_FUZZ_SEED must be a non-negative integer or 'random', got {_env_seed!r}")
+FUZZ_SEED = None if _env_seed == "random" else int(_env_seed)  # None: new random problems every run
 if SIMULATED:
     MAX_EXAMPLES = int(_env_examples or 40)
     N_MAX, K_MAX, M_MAX, LEAD_MAX = 32, 96, 20, 3
     MNK_CAP = None
-    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=True, database=None,
+    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=FUZZ_SEED is not None,
+                       database=None,
                        print_blob=True,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                               HealthCheck.filter_too_much])
@@ -74,7 +87,8 @@ else:
     MAX_EXAMPLES = int(_env_examples or 500)
     N_MAX, K_MAX, M_MAX, LEAD_MAX = 4096, 4096, 512, 4
     MNK_CAP = 1 << 25  # float64 oracle cost per example ~ M*N*K
-    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=False, database=None,
+    PROFILE = settings(max_examples=-(-MAX_EXAMPLES // FUZZ_SHARDS), deadline=None, derandomize=FUZZ_SEED is not None,
+                       database=None,
                        print_blob=True,
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                               HealthCheck.filter_too_much])
@@ -248,6 +262,27 @@ def check_result(Y, ref, dtype, scale=None):
     assert err <= TOLERANCES[dtype], f"relative error {err:.3g} > {TOLERANCES[dtype]}"
 
 
+def shard_digest(shard: int, seed) -> bytes:
+    """What ``_shard_digest`` adds to the fuzz test's digest for ``shard`` under ``seed`` (b"" for shard 0
+    under the default seed 0: the plain digest, the problems the suite drew before shards had digests)."""
+    return b"" if (shard, seed) == (0, 0) else f"shard={shard};seed={seed}".encode()
+
+
+@pytest.fixture(autouse=True)
+def _shard_digest(request):
+    """Before each shard of ``test_fuzz_vs_oracle`` runs, set its digest addition (module docstring);
+    pytest runs a process's tests one at a time, so the shared function object is safe to mark."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "shard" in callspec.params and request.node.originalname == "test_fuzz_vs_oracle":
+        extra = shard_digest(callspec.params["shard"], FUZZ_SEED)
+        inner = test_fuzz_vs_oracle.hypothesis.inner_test
+        if extra:
+            inner._hypothesis_internal_add_digest = extra
+        elif hasattr(inner, "_hypothesis_internal_add_digest"):
+            del inner._hypothesis_internal_add_digest
+    yield
+
+
 @pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
 @PROFILE
 @given(p=problems(), data=st.data())
@@ -313,3 +348,27 @@ def test_fuzz_covers_every_available_route():
     cfg = load_config({"ORT_MATMULNBITS_FORCE_CHUNKED": "1"}, {"ep.cuda.fpa_intb_gemm": "1"})
     admitted = {name for name, r in AVAILABLE.items() for p in probes if r.first_failure(p, cfg) is None}
     assert admitted == set(AVAILABLE), sorted(set(AVAILABLE) - admitted)
+
+
+def test_fuzz_shards_draw_their_own_problems_reproducibly():
+    """Under derandomize, each shard's digest gives it its own problems, the same ones every run; shard 0
+    under the default seed draws what the plain digest draws."""
+    def draws(extra: bytes) -> list:
+        seen = []
+
+        @settings(max_examples=6, derandomize=True, database=None, deadline=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(p=problems())
+        def probe(p):
+            seen.append(tuple(sorted((k, repr(v)) for k, v in p.items())))
+
+        if extra:
+            probe.hypothesis.inner_test._hypothesis_internal_add_digest = extra
+        probe()
+        return seen
+
+    plain, s0 = draws(b""), draws(shard_digest(0, 0))
+    s1, s1_again, s2 = draws(shard_digest(1, 0)), draws(shard_digest(1, 0)), draws(shard_digest(2, 0))
+    other_seed = draws(shard_digest(1, 7))
+    assert s0 == plain and s1 == s1_again
+    assert s1 != s2 and s1 != plain and other_seed != s1
