@@ -153,7 +153,7 @@ def prepare_group(args):
     NCOLS columns (16 rows of A; row m of the oracle depends only on A[m]). Host only."""
     tmp, N, K, bs, dtype, seed = args
     from numba_nbits.arrays import np_dtype, to_host
-    from numba_nbits.kernels.gemv.layout import prepack
+    from numba_nbits.kernels.gemv.repack import prepack
     from numba_nbits.reference import matmul_nbits_ref
     from numba_nbits.weights import build_weights
 

@@ -13,6 +13,7 @@ from numba_nbits.dispatch.problem import Problem
 from numba_nbits.formats import quantize, unpack_codes
 from numba_nbits.kernels.gemv import layout as L
 from numba_nbits.kernels.gemv import mma as G
+from numba_nbits.kernels.gemv import repack as R
 from numba_nbits.kernels.gemv import tactics as GT
 from numba_nbits.launch import simulated
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
@@ -311,8 +312,8 @@ def test_prepack_fragment_positions(rng):
 
 def test_prepack_built_once(rng):
     w, A, ref = _make(rng, 16, 64, 32, "float16", "none", 2)
-    p1 = L.prepack(w)
-    p2 = L.prepack(w)
+    p1 = R.prepack(w)
+    p2 = R.prepack(w)
     assert p1 is p2
     codes = unpack_codes(w.host["B"], w.K, 4, 32)
     back = L.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)

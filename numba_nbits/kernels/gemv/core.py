@@ -97,6 +97,20 @@ class GemvPlan(Plan):
         L.set_array(5, out)
         L.launch(stream)
 
+    def enqueue_runner(self, a_like, o_like):
+        try:
+            go = self.launch.pointer_launcher(((0, a_like), (5, o_like)))
+        except ValueError:  # a layout the kernel's signature does not take: the general path says so
+            return None
+        if go is None:
+            return None
+
+        def run(pa, po, stream):
+            go(pa, po, stream)
+            return True
+
+        return run
+
     def __repr__(self):
         return f"GemvPlan({self.route}, {self.kernel}, grid={self.grid}, block={self.block}, smem={self.shared_mem})"
 

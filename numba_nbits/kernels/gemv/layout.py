@@ -7,8 +7,8 @@ The weights are the 16-row ``A`` operand of ``mma.sync.m16n8k16`` and the activa
 stored so that each lane loads, with one 16-byte ``ld.global.nc`` per 16-row tile, the fragment
 registers of its MMA steps, and decodes a register with one shift and one mask.
 
-Layout (``prepack``: key ``gemv_mma_w<bits>`` of ``weights.derived``)
----------------------------------------------------------------------
+Layout (built by ``repack.prepack``: key ``gemv_mma_w<bits>`` of ``weights.derived``)
+--------------------------------------------------------------------------------------
 Rows are padded to ``N_pad = ceil(N/32)*32`` (zero codes, zero scales), K to ``K_pad = ceil(K / KS) *
 KS`` with ``KS = max(ks_min, block_size)`` (one *super-chunk*: a whole number of 64-k chunks and of
 quantisation blocks; ``ks_min`` is 64, 128 for 2-bit so that a lane loads 16 bytes per super-chunk).
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...arrays import DevArray, to_device
-from ...formats import FORMATS, QuantFormat, unpack_codes, unpack_zero_points
+from ...arrays import DevArray
+from ...formats import FORMATS, QuantFormat
 
 TILE_N = 16
 ROW_PAD = 32  # rows padded to a multiple of the largest TPW * 16
@@ -232,26 +232,4 @@ class Packed:
     N_pad: int
     K_pad: int
     n_super: int
-
-
-def prepack(weights) -> Packed:
-    """The layout of the module docstring, built once per ``Weights`` (``weights.derived``)."""
-    def build():
-        N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
-        ks, kg, n_super, K_pad = geometry(K, bs, bits)
-        codes = unpack_codes(np.asarray(weights.host["B"]).reshape(N, weights.k_blocks, -1), None, bits, bs)
-        bq = pack_weights(codes, K_pad, bs, bits)
-        kb_pad = K_pad // bs
-        sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
-        sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
-        sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
-        zp_l = None
-        if weights.zp_kind == "packed":
-            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
-            zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
-        n_pad = -(-N // ROW_PAD) * ROW_PAD
-        return Packed(bq=to_device(bq, weights.simulated), scales=to_device(sc_l, weights.simulated), zp=zp_l,
-                      N_pad=n_pad, K_pad=K_pad, n_super=n_super)
-
-    return weights.derived(f"gemv_mma_w{weights.bits}", build)
 

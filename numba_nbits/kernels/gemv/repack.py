@@ -1,0 +1,160 @@
+"""The tensor-core GEMV's weight layout built on the device: ORT's B bytes -> ``bq`` (``layout.py``), and
+``prepack``, the node's whole layout (``Packed``) built once per ``Weights``.
+
+``layout.pack_weights`` builds the layout on the host with NumPy: unpack every code to a byte, permute,
+pack again. That costs ~0.15 s per 14336x4096 node, so a model's first decode step spent most of its
+time there (225 nodes of a Llama-3-8B: 37 s). ``repack`` builds the same words with one kernel that
+reads the node's B, already on the device (``Weights.b``).
+
+The layout is periodic: a block of one 16-row tile and ``KB`` k (64; 128 for 2-bit, whose 16-byte vector
+spans two 64-k chunks) always gives the same ``words_per_block`` words, each word ``fields`` code fields
+of ``field_bits`` bits (4; 2 for 2-bit) taken from fixed (row, k) positions of the block (8-bit: from
+the low or the high nibble of the code). ``source_map(bits, block_size)`` finds those positions by
+running ``layout.pack_weights`` itself on probe codes, so the device path follows the host layout by
+construction (and ``tests/test_gemv_repack.py`` checks the words are identical):
+
+* probe ``b`` sets each code to bit ``b`` of its position ``r * KB + k`` in the block (both nibbles for
+  8-bit); the packed field then holds that bit, and 11 probes give every field's position;
+* one probe of high nibbles only (8-bit) tells which fields come from the high plane;
+* one probe of all-ones codes checks that every field is filled.
+
+The kernel: thread ``i`` writes word ``i`` of ``bq`` (block ``i // words_per_block``: tile ``T``,
+k-block ``cb``); for each field ``f`` it reads entry ``e = map[w * fields + f]`` (position in the low
+16 bits, plane shift above), the code of row ``16T + r``, column ``cb * KB + k`` from B (zero outside
+the N rows and the ``k_blocks * block_size`` columns of B, as the host path pads), and ORs
+``((code >> shift) & field_mask) << (field_bits * f)`` into the word. One specialisation serves every
+bit width and block size (all run-time parameters); a grid-stride loop, 64-bit indices.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda
+
+from ...arrays import device_empty, to_device
+from ...launch import Kernel
+from ...formats import unpack_zero_points
+from .layout import MMA_LAYOUTS, ROW_PAD, TILE_N, Packed, _per_block_layout, geometry, pack_weights
+
+THREADS = 256
+MAX_BLOCKS = 132 * 32
+
+
+def block_k(bits: int) -> int:
+    """``KB``: k of one periodic block of the layout (64; 128 for 2-bit)."""
+    return 128 if bits == 2 else 64
+
+
+@lru_cache(maxsize=None)
+def source_map(bits: int, block_size: int) -> tuple[np.ndarray, int, int]:
+    """``(map, fields, field_bits)``: int32 ``map[words_per_block * fields]`` of one block (module doc)."""
+    if bits not in MMA_LAYOUTS:
+        raise ValueError(f"gemv_mma repacks bits in {tuple(sorted(MMA_LAYOUTS))}, got {bits}")
+    kb = block_k(bits)
+    fb = MMA_LAYOUTS[bits].plane_bits
+    fields = 32 // fb
+    fmask = (1 << fb) - 1
+    unit = 0x11 if MMA_LAYOUTS[bits].planes == 2 else 1
+    pos = np.zeros((ROW_PAD, kb), np.int64)
+    pos[:TILE_N] = np.arange(TILE_N * kb).reshape(TILE_N, kb)
+
+    def fields_of(codes: np.ndarray) -> np.ndarray:
+        words = pack_weights(codes.astype(np.uint8), kb, block_size, bits)
+        words = words[:words.size // (ROW_PAD // TILE_N)]  # tile 0 (rows 16..31 of the probe are zero)
+        return (words[:, None] >> (fb * np.arange(fields, dtype=np.uint32))) & np.uint32(fmask)
+
+    tile0 = np.zeros((ROW_PAD, kb), np.int64)
+    tile0[:TILE_N] = 1
+    if not (fields_of(tile0 * unit) != 0).all():
+        raise AssertionError(f"gemv repack: a field of the {bits}-bit layout takes no code")
+    src = np.zeros(fields_of(tile0).shape, np.int64)
+    for b in range(int(TILE_N * kb - 1).bit_length()):
+        src |= (fields_of(((pos >> b) & 1) * tile0 * unit) != 0).astype(np.int64) << b
+    shift = np.zeros_like(src)
+    if unit != 1:
+        shift = (fields_of(tile0 * 0x10) != 0).astype(np.int64) * 4
+    return (src | (shift << 16)).astype(np.int32).reshape(-1), fields, fb
+
+
+def _repack(b, smap, out, n_rows, row_bytes, k_codes, bits, fields, field_bits, kb, wpb, nbk, total):
+    i = np.int64(cuda.blockIdx.x) * THREADS + cuda.threadIdx.x
+    step = np.int64(cuda.gridDim.x) * THREADS
+    cmask = (np.int64(1) << bits) - 1
+    fmask = (np.int64(1) << field_bits) - 1
+    while i < total:
+        blk = i // wpb
+        w = i - blk * wpb
+        tile = blk // nbk
+        cb = blk - tile * nbk
+        word = np.int64(0)
+        for f in range(fields):
+            e = np.int64(smap[w * fields + f])
+            p = e & 0xFFFF
+            r = p // kb
+            row = tile * 16 + r
+            k = cb * kb + (p - r * kb)
+            if row < n_rows and k < k_codes:
+                bit = k * bits
+                code = (np.int64(b[row * row_bytes + (bit >> 3)]) >> (bit & 7)) & cmask
+                word |= ((code >> (e >> 16)) & fmask) << (field_bits * f)
+        out[i] = np.uint32(word)
+        i += step
+
+
+@lru_cache(maxsize=None)
+def repack_kernel() -> Kernel:
+    from numba.cuda import types
+
+    i64 = types.int64
+    return Kernel(_repack, (types.uint8[::1], types.int32[::1], types.uint32[::1]) + (i64,) * 10, name="gemv_repack")
+
+
+def repack(weights, K_pad: int):
+    """``bq`` of ``weights`` (``layout.pack_weights`` of its codes, padded to ``K_pad``) as a device array,
+    built by the repack kernel from ``weights.b`` on the legacy default stream, which is then synchronised
+    (construction-time work, outside any capture, like the host path's synchronous copy)."""
+    w = weights
+    bits = w.bits
+    smap, fields, fb = source_map(bits, w.block_size)
+    kb = block_k(bits)
+    if K_pad % kb:
+        raise ValueError(f"gemv repack: K_pad={K_pad} must be a multiple of {kb} for {bits}-bit")
+    n_pad = -(-w.N // ROW_PAD) * ROW_PAD
+    wpb = smap.size // fields
+    nbk = K_pad // kb
+    total = (n_pad // TILE_N) * nbk * wpb
+    dmap = to_device(smap, w.simulated)  # 0.5-1 KiB; not ``w.derived``: prepack runs inside its lock
+    out = device_empty((total,), np.uint32, w.simulated)
+    b = w.b.flat()
+    row_bytes = w.k_blocks * w.block_size * bits // 8
+    grid = max(1, min(MAX_BLOCKS, -(-total // THREADS)))
+    launch = repack_kernel().bind(grid, THREADS, (b, dmap, out, w.N, row_bytes, w.k_blocks * w.block_size, bits,
+                                                  fields, fb, kb, wpb, nbk, total))
+    launch.launch(0)
+    if not w.simulated:  # done before any stream (a non-blocking one too) reads it, as a synchronous copy would be
+        cuda.default_stream().synchronize()
+    return out
+
+
+def prepack(weights) -> Packed:
+    """The layout of ``layout.py``'s docstring, built once per ``Weights`` (key ``gemv_mma_w<bits>`` of
+    ``weights.derived``): the codes by ``repack``, the scales and zero points on the host (1/64 of the codes'
+    size or less)."""
+    def build():
+        N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
+        ks, _, n_super, K_pad = geometry(K, bs, bits)
+        bq = repack(weights, K_pad)
+        kb_pad = K_pad // bs
+        sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
+        sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
+        sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
+        zp_l = None
+        if weights.zp_kind == "packed":
+            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
+            zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
+        n_pad = -(-N // ROW_PAD) * ROW_PAD
+        return Packed(bq=bq, scales=to_device(sc_l, weights.simulated), zp=zp_l, N_pad=n_pad, K_pad=K_pad,
+                      n_super=n_super)
+
+    return weights.derived(f"gemv_mma_w{weights.bits}", build)
