@@ -13,8 +13,11 @@ type(Y), Y.shape)``; a later call with that key does one dict lookup and then on
 * reads the stream: an explicit ``stream=`` (an int as is), else the producer's current stream
   (torch's raw current-stream read for the tensor's device, CuPy's current stream), else 0;
 * checks that Y does not overlap A (two pointer ranges);
-* moves the pointers of this thread's two pre-built 2-D views (``(M, K)`` and ``(M, N)``) and calls
-  ``entry.run(a, y, stream)``: the plan rewrites its parameter slots and issues its launches.
+* runs the plan's lean form (``Plan.pointer_runner``, one per thread, made on the thread's first
+  recorded call): the two data pointers are stored into the runner's own parameter buffer and one
+  ``cuLaunchKernel`` per kernel is issued, with no array views built or checked again; plans without a
+  lean form (and an unaligned A on the tensor-core GEMV) move the pointers of this thread's two
+  pre-built 2-D views (``(M, K)`` and ``(M, N)``) and call ``entry.run(a, y, stream)`` instead.
 
 Whatever a reader does not recognise as the recorded layout (another dtype, device, strides, a
 non-contiguous tensor, overlap) makes the record answer ``None`` and the call takes the general path,
@@ -24,7 +27,8 @@ captured into a CUDA graph.
 
 ``op.bind(A, out, stream=None)`` makes a ``Bound``: the general checks run once, at bind time, and
 the plan is built then (outside capture: during capture a missing plan raises ``CaptureError``). The
-bound callable takes no arguments, runs the plan on the fixed views and returns ``out``; with
+bound callable takes no arguments, runs the plan on the fixed views (its lean form where the plan has
+one: the launches alone) and returns ``out``; with
 ``stream=None`` it reads the producer's current stream on each call, as ``op(A, out=out)`` does.
 It keeps A and out alive, so their memory cannot be freed while it exists.
 """
@@ -119,10 +123,13 @@ def _call_stream(stream, stream_of) -> int:
 class CallRecord:
     """One recorded ``op(A, out=Y)`` layout for a built plan (module docstring)."""
 
-    __slots__ = ("run", "read_a", "read_o", "stream_of", "a_bytes", "o_bytes", "a_view", "o_view", "sim", "_tls")
+    __slots__ = ("run", "read_a", "read_o", "stream_of", "a_bytes", "o_bytes", "a_view", "o_view", "sim", "_tls",
+                 "runner_of")
 
-    def __init__(self, run, ra: Reader, ro: Reader, a_view: DevArray, o_view: DevArray, simulated: bool):
+    def __init__(self, run, ra: Reader, ro: Reader, a_view: DevArray, o_view: DevArray, simulated: bool,
+                 runner_of=None):
         self.run = run  # entry.run
+        self.runner_of = runner_of  # the plan's pointer_runner, or None (the general run only)
         self.read_a, self.read_o, self.stream_of = ra.read, ro.read, ra.stream_of
         self.a_bytes, self.o_bytes = a_view.nbytes, o_view.nbytes
         self.a_view, self.o_view = _layout(a_view), _layout(o_view)  # each thread moves its own copies' pointers
@@ -148,8 +155,19 @@ class CallRecord:
             return out
         if po < pa + self.a_bytes and pa < po + self.o_bytes:
             return None
-        s = _call_stream(stream, self.stream_of)
-        views = getattr(self._tls, "views", None)
+        if stream is None:
+            so = self.stream_of
+            s = so() if so is not None else 0
+        else:
+            s = stream if type(stream) is int else stream_handle(stream)
+        tls = self._tls
+        r = getattr(tls, "runner", None)
+        if r is None:  # this thread's first call: its own lean runner (False: none)
+            ro = self.runner_of
+            r = tls.runner = (ro(self.a_view, self.o_view) if ro is not None else None) or False
+        if r and r(pa, po, s):
+            return out
+        views = getattr(tls, "views", None)
         if views is None:
             views = self._tls.views = (_layout(self.a_view), _layout(self.o_view))
         a, o = views
@@ -162,11 +180,15 @@ class CallRecord:
 class Bound:
     """``op.bind(A, out, stream)``: the operator on fixed buffers; ``bound()`` runs it, returns ``out``."""
 
-    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of")
+    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of", "_runner", "_pa", "_po")
 
     def __init__(self, run, a: DevArray | None, o: DevArray | None, out, keep, stream: int | None,
-                 stream_of):
+                 stream_of, runner=None):
         self._run = run  # entry.run, or None for M == 0 (nothing to launch)
+        # the plan's lean runner (Plan.pointer_runner) for these views, or None; every call stores the same
+        # two pointers, so threads sharing it write identical values
+        self._runner = runner
+        self._pa, self._po = (a.ptr, o.ptr) if runner is not None else (0, 0)
         self._a, self._o = a, o
         self._out = out
         self._keep = keep  # A (and its device copy): the memory the views point at stays alive
@@ -174,6 +196,15 @@ class Bound:
         self._stream_of = stream_of
 
     def __call__(self):
+        r = self._runner
+        if r is not None:
+            s = self._stream
+            if s is None:
+                so = self._stream_of
+                s = so() if so is not None else 0
+            if not r(self._pa, self._po, s):
+                self._run(self._a, self._o, s)
+            return self._out
         run = self._run
         if run is not None:
             run(self._a, self._o, _call_stream(self._stream, self._stream_of))

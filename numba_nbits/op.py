@@ -63,6 +63,12 @@ class _Entry:
         print(self.debug_line, file=sys.stderr)
 
 
+def _runner_of(entry: _Entry):
+    """The entry's ``Plan.pointer_runner`` (``bound.py``'s lean path), or None when every call must print the
+    ``ORT_FPA_INTB_DEBUG`` line (only ``entry.run`` does)."""
+    return entry.plan.pointer_runner if entry.debug_line is None else None
+
+
 class MatMulNBits:
     """``com.microsoft::MatMulNBits``: ``Y = A @ dequant(B).T + bias`` with B block-quantized to 2/4/8 bits.
 
@@ -260,9 +266,12 @@ class MatMulNBits:
         if c.M == 0:
             return Bound(None, None, None, out, A, 0, None)
         ra = reader_for(A, sim)
+        runner = None if sim else _runner_of(c.entry)
+        if runner is not None:
+            runner = runner(c.a2, c.o2)
         if stream is None and ra is not None and not sim:  # the producer's current stream, read per call
-            return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of)
-        return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None)
+            return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of, runner)
+        return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None, runner)
 
     def _record(self, A, out, c) -> None:
         """Keep the ``CallRecord`` of a successful ``op(A, out=out)`` (``bound.py``)."""
@@ -272,7 +281,8 @@ class MatMulNBits:
         sim = self._simulated
         ra, ro = reader_for(A, sim), reader_for(out, sim)
         # None: NumPy / CAI objects / subclasses, which keep the general path (and are not looked at again)
-        self._calls[key] = None if ra is None or ro is None else CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim)
+        self._calls[key] = None if ra is None or ro is None else CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim,
+                                                                             _runner_of(c.entry))
 
     def _check_call(self, A, out, stream) -> "_Call":
         """Adapt and check one call's inputs (every error of ``op(...)``), find the stream and, for M > 0,

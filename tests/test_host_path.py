@@ -330,6 +330,54 @@ def test_launch_error_is_reported(monkeypatch):
         L.launch(0)
 
 
+def test_pointer_launcher_writes_its_own_buffer_and_launches_once(monkeypatch):
+    """``Launch.pointer_launcher`` (the steady-state path's lean launch): the ``like`` layouts written once,
+    then only the data pointers per call, into a buffer that is neither the template nor the thread's."""
+    L, drv = _fake_launch(monkeypatch)
+    calls = drv.calls
+    like_a = DevArray(0, (4,), (2,), np.float16, None)
+    like_b = DevArray(0, (2, 4), (16, 4), np.uint32, None)
+    go = L.pointer_launcher(((0, like_a), (1, like_b)))
+    go(0x500, 0x600, 0x33)
+    args, vals = calls[-1]
+    assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] == 0x33 and args[10] == 0
+    assert vals == [0, 0, 4, 2, 0x500, 4, 2, 0, 0, 8, 4, 0x600]
+    assert args[9] not in (L._template.addr, L._bufs().addr)
+    go(0x510, 0x610, 0)
+    assert calls[-1][1][4] == 0x510 and calls[-1][1][11] == 0x610 and len(calls) == 2
+    go1 = L.pointer_launcher(((0, like_a),))
+    go1(0x700, 0)
+    assert calls[-1][1][4] == 0x700 and calls[-1][1][11] == 0x200  # argument 1 as the template has it
+    L.launch(0)
+    assert calls[-1][1][4] == 0x100  # the Launch's own buffer was not touched
+    with pytest.raises(ValueError, match="needs a 1-D array"):
+        L.pointer_launcher(((0, like_b),))
+    drv.answers = [1]
+    pytest.importorskip("cuda.bindings")
+    with pytest.raises(RuntimeError, match=r"cuLaunchKernel\(fake\) failed: .*\(1\)"):
+        go(0x500, 0x600, 0)
+
+
+def test_pointer_launcher_retries_once_without_a_context(monkeypatch):
+    L, drv = _fake_launch(monkeypatch)
+    go = L.pointer_launcher(((0, DevArray(0, (8,), (2,), np.float16, None)),))
+    drv.answers = [201, 0]  # CUDA_ERROR_INVALID_CONTEXT, then success
+    made = []
+    monkeypatch.setattr(launch_kernel, "_make_context_current", lambda: made.append(1))
+    go(0x900, 0)
+    assert made == [1] and drv.answers == [] and len(drv.calls) == 2 and drv.calls[-1][1][4] == 0x900
+
+
+def test_pointer_launcher_is_gpu_only():
+    from numba.cuda import types
+
+    if not SIMULATED:
+        pytest.skip("simulator behaviour")
+    k = launch.Kernel(lambda x: None, (types.float32[::1],), name="noop")
+    L = launch.Launch(k, 1, 1, (DevArray(0, (4,), (4,), np.float32, np.zeros(4, np.float32)),))
+    assert L.pointer_launcher(((0, DevArray(0, (4,), (4,), np.float32, None)),)) is None
+
+
 # ------------------------------------------------------------------------- real GPU objects
 
 @requires_gpu

@@ -42,6 +42,33 @@ class Plan:
             b.set_array(0, out.flat())
             b.launch(stream)
 
+    def pointer_runner(self, a_like, o_like):
+        """The lean form of ``run`` for the steady-state call path (``bound.py``), GPU only: for A and Y laid
+        out as the 2-D views ``a_like`` / ``o_like``, ``run(pa, po, stream) -> bool`` launches the plan (and
+        the attached bias-add) at data pointers ``pa`` / ``po``; it returns False, having launched nothing,
+        where those pointers need the general ``run`` (e.g. an unaligned A). None: no lean form (the
+        family's ``enqueue_runner`` gives none, or the simulator). Each runner owns its parameter buffers:
+        keep one per thread."""
+        r = self.enqueue_runner(a_like, o_like)
+        b = self.bias_launch
+        if r is None or b is None:
+            return r
+        go_bias = b.pointer_launcher(((0, o_like.flat()),))
+        if go_bias is None:
+            return None
+
+        def run(pa, po, stream):
+            if not r(pa, po, stream):
+                return False
+            go_bias(po, stream)
+            return True
+
+        return run
+
+    def enqueue_runner(self, a_like, o_like):
+        """``pointer_runner`` without the bias-add: a family with a lean launch overrides this."""
+        return None
+
     def add_bias(self, weights, M: int) -> None:
         """Attach the bias-add launch for ``weights.bias`` over an (M, N) output (argument 0 is pointed at
         each call's Y by ``run``); the plan's kernel name gains ``+bias_add``."""

@@ -33,6 +33,7 @@ Array arguments are ``arrays.DevArray`` views, read only through their fields (`
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -338,6 +339,55 @@ class Launch:
         return int(err)
 
     __call__ = launch
+
+    def pointer_launcher(self, likes: Sequence[tuple[int, "DevArray"]]):
+        """The lean launch of the steady-state call path (``bound.py``): GPU only (None under the simulator).
+
+        ``likes`` are ``(argument, like)`` pairs, one or two array arguments whose layout (shape, strides,
+        dtype) is fixed, as ``like``. Returns ``go(p0[, p1], stream)``, which writes the data pointers
+        ``p0`` (``p1``) into a parameter buffer of its own (a copy of the template with the ``like``
+        layouts written once) and issues one ``cuLaunchKernel``; it raises like ``launch``. Each ``go``
+        owns its buffer: the caller keeps one per thread, or writes the same pointers on every call."""
+        if self._vals is None:
+            return None
+        tpl = self._template
+        b = _Bufs(tpl.vals.copy(), list(tpl.keys))
+        for i, like in likes:
+            self._write_array(b, i, 0, like.shape, like.strides, like.dtype)
+        slots = [self._layout[i][4] for i, _ in likes]
+        mv = memoryview(b.vals)  # item stores ~3x cheaper than through the ndarray
+        addr = b.addr
+        call = functools.partial(_drv().cuLaunchKernel, self._func, *self.grid, *self.block, self.shared_mem)
+        name = self.kernel.name
+
+        def failed(err, stream):
+            if err == _CUDA_ERROR_INVALID_CONTEXT:  # nothing was launched: make a context current, retry
+                _make_context_current()
+                err = call(stream, addr, 0)[0]
+            if err:
+                check((err,), f"cuLaunchKernel({name})")
+
+        if len(slots) == 1:
+            s0, = slots
+
+            def go(p0, stream):
+                mv[s0] = p0
+                err = call(stream, addr, 0)[0]
+                if err:
+                    failed(err, stream)
+        elif len(slots) == 2:
+            s0, s1 = slots
+
+            def go(p0, p1, stream):
+                mv[s0] = p0
+                mv[s1] = p1
+                err = call(stream, addr, 0)[0]
+                if err:
+                    failed(err, stream)
+        else:
+            raise ValueError(f"{name}: pointer_launcher takes one or two array arguments, got {len(slots)}")
+        go.keep = b  # the buffer lives as long as the launcher
+        return go
 
     def _launch_simulated(self):
         from ..kernels import simulator
