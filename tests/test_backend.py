@@ -279,7 +279,7 @@ def test_project_kernels_compile_under_numba_cuda_mlir():
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.split("\n")
     assert len([ln for ln in lines if ln.strip()]) == 5
-    assert any(ln.startswith("dequant_w4_float16_packed_vec") and ln.endswith("True") for ln in lines), r.stdout
+    assert any(ln.startswith("dequant_w4_float16_packed_fast") and ln.endswith("True") for ln in lines), r.stdout
 
 
 def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):

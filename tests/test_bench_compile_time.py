@@ -24,7 +24,7 @@ def test_kernel_set_is_one_gemv_per_tile_and_tactic_then_dequant_and_bias():
             name = f"gemv_mma_w4_float16_mt{1 if M <= 8 else 2}_{t.tag}_b128_none"
             if name not in want:
                 want.append(name)
-    assert names == want + ["dequant_w4_float16_none_vec", "bias_add_float16"]
+    assert names == want + ["dequant_w4_float16_none_fast", "bias_add_float16"]
     assert all(isinstance(lines, int) and lines > 0 for _, lines, _ in got[:len(want)])
 
 

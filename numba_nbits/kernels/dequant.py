@@ -10,6 +10,9 @@ row, low bits first, and never straddles a quantization block (blob sizes are mu
 Scales are ``[N, k_blocks]`` in the activation dtype; zero points are absent (default
 ``2^(bits-1)``), packed uint8 ``[N, ceil(k_blocks*bits/8)]`` or typed ``[N, k_blocks]``.
 
+Without g_idx the kernel is ``dequant_fast`` (``dequant_fast.py``: the same bytes with far fewer
+instructions), or, for a B of 2**31 words or more, the ``_vec`` kernel below.
+
 Thread mapping: one thread per uint32 word of B, 256 threads per block, 1-D grid over all words;
 the thread writes its ``32/bits`` outputs to ``out[n, k0:k0+32/bits]`` of the ``N x K_padded``
 scratch (padded columns included, as ORT's fallback does; the GEMM reads only the first K).
@@ -30,6 +33,7 @@ from numba import cuda
 from ..formats import quant_format
 from ..launch import Kernel
 from .family import KernelFamily, Plan
+from .dequant_fast import MAX_WORDS, division_magic, make_dequant_fast
 from .dtypes import LOADS, STORES, array_type
 from .intrinsics import f32_as_u32, pack_bf16x2, pack_f16x2, st_v2, st_v4
 
@@ -138,14 +142,22 @@ def _make_dequant_vec(bits: int, act: str, zp_kind: str):
 
 
 @lru_cache(maxsize=None)
-def dequant_kernel(bits: int, act: str, zp_kind: str, has_gidx: bool) -> Kernel:
-    """The compiled-on-demand dequantize kernel for one specialisation."""
+def dequant_kernel(bits: int, act: str, zp_kind: str, has_gidx: bool, wide: bool = False) -> Kernel:
+    """The compiled-on-demand dequantize kernel for one specialisation: with g_idx the per-element kernel;
+    without, ``dequant_fast`` (``dequant_fast.py``), or the ``_vec`` kernel when ``wide`` (B has 2**31 words
+    or more, beyond the fast kernel's division)."""
     from numba.cuda import types
 
     out_t = array_type(act) if has_gidx else array_type("uint32")
     argtypes = (array_type("uint32"), array_type(act), array_type("uint8"), array_type(act),
                 array_type("int32"), out_t) + (types.int64,) * 5
-    fn = _make_dequant(bits, act, zp_kind, True) if has_gidx else _make_dequant_vec(bits, act, zp_kind)
+    if has_gidx:
+        fn = _make_dequant(bits, act, zp_kind, True)
+    elif wide:
+        fn = _make_dequant_vec(bits, act, zp_kind)
+    else:
+        fn = make_dequant_fast(bits, act, zp_kind)
+        argtypes += (types.int64,) * 2
     return Kernel(fn, argtypes, fastmath=False)
 
 
@@ -158,12 +170,16 @@ def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, 
     """
     row_words = k_blocks * block_size // quant_format(bits).codes_per_word
     n_words = n_rows * row_words
-    k = dequant_kernel(bits, act, zp_kind, has_gidx)
+    wide = n_words >= MAX_WORDS
+    k = dequant_kernel(bits, act, zp_kind, has_gidx, wide)
     if not has_gidx:
         out = out.view(np.uint32)
     grid = max(1, (n_words + THREADS - 1) // THREADS)
-    return k.bind(grid, THREADS, (b_words, scales, zp_packed, zp_typed, gidx, out, n_words, row_words, k_blocks,
-                                  zp_row, block_size))
+    args = [b_words, scales, zp_packed, zp_typed, gidx, out, n_words, row_words, k_blocks, zp_row, block_size]
+    if not (has_gidx or wide):  # dequant_fast: the block as a shift, the row by multiplication
+        args[-1] = block_size.bit_length() - 1
+        args += division_magic(row_words)
+    return k.bind(grid, THREADS, tuple(args))
 
 
 # ------------------------------------------------------------------------ the universal route
@@ -203,7 +219,6 @@ class DequantGemmPlan(Plan):
         if chunked:  # ORT's chunk rows, additionally capped so the scratch stays within the scratch limit
             per_row = w.K_padded * w.np_dtype.itemsize
             rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
-        self.kernel = dequant_kernel(w.bits, w.dtype, w.zp_kind, w.g_idx is not None).name
         self.rows = rows
         self._alloc = lambda: device_empty((rows * w.K_padded,), w.np_dtype, w.simulated)
         self._tls = threading.local()
@@ -219,6 +234,7 @@ class DequantGemmPlan(Plan):
                                   has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
                                   block_size=w.block_size, zp_row=w.zp_row)
             self.chunks.append((n0, n, launch))
+        self.kernel = self.chunks[0][2].kernel.name
         self.handle = None
         if not w.simulated:
             from ..dispatch import cublas
@@ -282,4 +298,4 @@ def build(weights, problem, config, route: str = "dequant_cublas"):
     return DequantGemmPlan(weights, problem, config, route, chunked=route == "dequant_cublas_chunked")
 
 
-FAMILY = KernelFamily("dequant", supports, build, ("dequant.py",))
+FAMILY = KernelFamily("dequant", supports, build, ("dequant.py", "dequant_fast.py"))
