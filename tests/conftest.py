@@ -26,6 +26,8 @@ requires_gpu = pytest.mark.skipif(SIMULATED, reason="needs a real CUDA GPU (runn
 
 WORKERS_ENV = "NUMBA_NBITS_TEST_WORKERS"
 MAX_DEFAULT_WORKERS = 16
+#: BLAS / OpenMP thread-pool sizes set to 1 (unless already set) when the suite starts parallel workers
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def default_workers(environ, simulated: bool, cpu_count: int | None, have_xdist: bool) -> int:
@@ -61,6 +63,8 @@ def pytest_cmdline_main(config):
     n = default_workers(os.environ, SIMULATED, os.cpu_count(), True)
     if n:
         opt.numprocesses = n
+        for var in BLAS_THREAD_VARS:  # n workers x a core-count BLAS pool each would oversubscribe the cores
+            os.environ.setdefault(var, "1")  # inherited by the workers, read when they import numpy
         if getattr(opt, "dist", "no") == "no":
             opt.dist = "load"  # hands out the collection in order: heavy tests (sorted first) start first
             if getattr(opt, "maxschedchunk", None) is None:
