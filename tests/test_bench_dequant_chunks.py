@@ -1,0 +1,27 @@
+"""benchmarks/bench_dequant_chunks.py --tiny runs (simulator-sized) and writes a row per step, the chunked
+results checked against the unchunked route's."""
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_bench_dequant_chunks_tiny(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_dequant_chunks", "--tiny"], cwd=ROOT,
+                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "bench_dequant_chunks.csv")))
+    assert [r["what"].split(" (")[0] for r in rows] == ["dequant kernel", "dequant_cublas", "dequant_cublas_chunked"]
+    assert [r["chunk_rows"] for r in rows] == ["", "16", "8"]
+    assert float(rows[2]["rel_err"]) <= 2e-3
+
+
+def test_bench_dequant_chunks_needs_the_unchunked_reference_first(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_dequant_chunks", "--chunks", "512"], cwd=ROOT,
+                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2 and "starting with 0" in p.stderr
