@@ -19,6 +19,7 @@ runs can be dumped with ``NUMBA_NBITS_DUMP_SOURCE``):
   exact product (an integer of at most 9 bits times a scale of at most 11 significant bits) and rounds
   it once to the output dtype, so the bytes are identical (the ``-0`` addend keeps the sign of a zero
   product as the fp32 path does);
+* array indices are non-negative and passed as unsigned, so numba emits no negative-index wraparound;
 * the other cases (fp32 output, bf16 with 8-bit codes, typed zero points: ``q - zp`` is not an exact
   small integer there) compute ``(q - zp) * scale`` in fp32 as the ``_vec`` kernel does.
 
@@ -74,15 +75,15 @@ def _source(bits: int, act: str, zp_kind: str) -> str:
          "        return",
          "    n = np.int64((np.uint64(w) * np.uint64(div_m)) >> np.uint64(div_s))",
          f"    k0 = (w - n * row_words) * {codes}",
-         "    word = np.uint32(bw[w])",
+         "    word = np.uint32(bw[np.uint64(w)])",
          "    g = k0 >> block_shift",
-         "    scale = ld(scales, n * k_blocks + g)"]
+         "    scale = ld(scales, np.uint64(n * k_blocks + g))"]
     if zp_kind == "packed":
-        L.append(f"    zb = np.uint32(zp_packed[n * zp_row + (g >> {cpb.bit_length() - 1})])")
+        L.append(f"    zb = np.uint32(zp_packed[np.uint64(n * zp_row + (g >> {cpb.bit_length() - 1}))])")
         L.append(f"    zq = np.uint32(zb >> np.uint32((g & {cpb - 1}) * {bits})) & np.uint32({mask})")
         zp = "np.float32(zq)"
     elif zp_kind == "typed":
-        zp = "ld(zp_typed, n * k_blocks + g)"
+        zp = "ld(zp_typed, np.uint64(n * k_blocks + g))"
     else:
         zp = f"np.float32({float(fmt.default_zero_point)!r})"
     outs = []
