@@ -42,11 +42,9 @@ measurement. Prints a table; writes ``$OUT/bench_host.csv`` when ``$OUT`` is set
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
@@ -57,6 +55,8 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 
 import numpy as np  # noqa: E402
 
+from benchmarks.common import batch_times_us, write_out_csv  # noqa: E402
+
 FIELDS = ["route", "shape", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "note"]
 
 
@@ -64,16 +64,7 @@ WARMUP = 200
 
 
 def _median_us(fn, calls: int, batches: int, sync) -> tuple[float, list[float]]:
-    for _ in range(min(WARMUP, calls)):
-        fn()
-    sync()
-    per = []
-    for _ in range(batches):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t) / calls * 1e6)
-        sync()
+    per = batch_times_us(fn, calls, batches, sync, min(WARMUP, calls))
     return statistics.median(per), per
 
 
@@ -273,14 +264,8 @@ def main(argv=None) -> int:
         print("GPU-BOUND rows (host time not above 1.2x the GPU time; not a host measurement): " + "; ".join(bound))
     elif not launch.simulated():
         print("every row is host-bound: GPU time per call < host time per call / 1.2")
-    out = os.environ.get("OUT")
-    if out:
-        os.makedirs(out, exist_ok=True)
-        path = os.path.join(out, "bench_host.csv")
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+    path = write_out_csv("bench_host.csv", FIELDS, rows)
+    if path:
         print(f"wrote {path}")
     return 0
 

@@ -27,13 +27,14 @@ it. Under numba's CUDA simulator there is no kernel cache; ``--tiny`` runs a sim
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.common import write_out_csv
 
 LLAMA3_8B = ("4096x4096:4:128", "1024x4096:4:128", "14336x4096:4:128", "4096x14336:4:128", "128256x4096:4:128")
 #: (N, K) of one Llama-3-8B layer's seven projections, in call order
@@ -61,11 +62,10 @@ def child(spec: dict) -> int:
     cuda.current_context()  # CUDA initialised here: part of what a first call costs
     t_import = time.perf_counter() - t0
     nodes = [sigs[tuple(nk)] for nk in spec["nodes"]]
-    ops, built = [], {}
+    ops, seeds = [], {}
     t1 = time.perf_counter()
     for sig in nodes:  # one op per node; nodes of one shape share the generated host bytes' seed
-        ops.append(build_op(sig, None, seed=len(built)))
-        built.setdefault(sig, len(built))
+        ops.append(build_op(sig, None, seed=seeds.setdefault(sig, len(seeds))))
     cuda.synchronize()
     t_build = time.perf_counter() - t1
     rng = np.random.default_rng(1)
@@ -156,13 +156,7 @@ def main(argv=None) -> int:
             add(f"first results M={M} ({r['nodes']} nodes)", state, s)
         add("import + first results", state, r["import"] + sum(s for _, s in r["firsts"]), kern)
         add("fresh process wall", state, wall, "interpreter start to exit")
-    out_dir = os.environ.get("OUT")
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "cold_start.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+    write_out_csv("cold_start.csv", FIELDS, rows)
     return 0
 
 

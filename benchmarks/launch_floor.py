@@ -26,30 +26,20 @@ Prints a table; writes ``$OUT/launch_floor.csv`` when ``$OUT`` is set.
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
+
+from benchmarks.common import batch_times_us, write_out_csv
 
 FIELDS = ["what", "calls", "host_us", "p10_us", "p90_us"]
 
 
 def _time(fn, calls: int, batches: int, sync) -> tuple[float, float, float]:
-    for _ in range(200):
-        fn()
-    sync()
-    per = []
-    for _ in range(batches):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t) / calls * 1e6)
-        sync()
-    per.sort()
+    per = sorted(batch_times_us(fn, calls, batches, sync, 200))
     return statistics.median(per), per[len(per) // 10], per[(9 * len(per)) // 10]
 
 
@@ -203,13 +193,7 @@ def main(argv=None) -> int:
             rows.append(dict(what=name, calls=calls, host_us=round(med, 3), p10_us=round(p10, 3),
                              p90_us=round(p90, 3)))
             print(f"{name:40s} calls/batch={calls:<5d} {med:7.2f} us  (p10 {p10:.2f}, p90 {p90:.2f})", flush=True)
-    out = os.environ.get("OUT")
-    if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "launch_floor.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+    write_out_csv("launch_floor.csv", FIELDS, rows)
     return 0
 
 

@@ -280,7 +280,6 @@ def _shard_digest(request):
             inner._hypothesis_internal_add_digest = extra
         elif hasattr(inner, "_hypothesis_internal_add_digest"):
             del inner._hypothesis_internal_add_digest
-    yield
 
 
 @pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
