@@ -103,14 +103,18 @@ class GemvMmaPlan(Plan):
             self._views = (DevArray(0, (M * self.K // 2,), (4,), np.uint32, None),
                            DevArray(0, (M * self.N,), (2,), self._elem, None))
 
+    def _views_fit(self, a: DevArray, out: DevArray) -> bool:
+        """Whether A and Y have the layouts of the pre-built views (GPU), so only their pointers move."""
+        return (self._views is not None and a.c_contiguous and out.c_contiguous and a.nbytes == 2 * self.M * self.K
+                and out.nbytes == 2 * self.M * self.N)
+
     def enqueue(self, a: DevArray, out: DevArray, stream: int) -> None:
         M, K, N = self.M, self.K, self.N
         if a.ptr % 16:
             raise ValueError("gemv_mma: A must be 16-byte aligned")
         L = self._launch
         v = self._views
-        if (v is not None and a.c_contiguous and out.c_contiguous and a.nbytes == 2 * M * K
-                and out.nbytes == 2 * M * N):
+        if self._views_fit(a, out):
             L.set_array_ptr(0, a.ptr, v[0])
             L.set_array_ptr(5, out.ptr, v[1])
         else:
@@ -119,11 +123,9 @@ class GemvMmaPlan(Plan):
         L.launch(stream)
 
     def enqueue_runner(self, a_like, o_like):
-        M, K, N = self.M, self.K, self.N
-        v = self._views
-        if (v is None or not (a_like.c_contiguous and o_like.c_contiguous) or a_like.nbytes != 2 * M * K
-                or o_like.nbytes != 2 * M * N):
+        if not self._views_fit(a_like, o_like):
             return None
+        v = self._views
         go = self._launch.pointer_launcher(((0, v[0]), (5, v[1])))
         if go is None:
             return None
