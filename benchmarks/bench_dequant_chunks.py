@@ -22,7 +22,6 @@ writes ``$OUT/bench_dequant_chunks.csv`` when ``$OUT`` is set.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 
@@ -32,6 +31,8 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
 
 import numpy as np  # noqa: E402
+
+from benchmarks.common import write_out_csv  # noqa: E402
 
 FIELDS = ["shape", "M", "what", "chunk_rows", "scratch_mb", "us", "tb_s", "rel_err"]
 
@@ -149,13 +150,7 @@ def main(argv=None) -> int:
         return r
 
     rows = run(shapes, a.M, a.chunks, emit)
-    out = os.environ.get("OUT")
-    if out:
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "bench_dequant_chunks.csv"), "w", newline="") as f:
-            wr = csv.DictWriter(f, FIELDS)
-            wr.writeheader()
-            wr.writerows(rows)
+    write_out_csv("bench_dequant_chunks.csv", FIELDS, rows)
     return 0
 
 
