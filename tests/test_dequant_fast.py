@@ -4,6 +4,7 @@ zero, tiny and huge scales included)."""
 import numpy as np
 import pytest
 
+from conftest import SIMULATED
 from numba_nbits.arrays import device_empty, to_host
 from numba_nbits.formats import pack_zero_points
 from numba_nbits.kernels import dequant
@@ -30,7 +31,7 @@ def test_division_magic_is_exact():
 
 def _run(w, wide: bool):
     b, s, zpp, zpt = dequant._flat_views(w, 0, w.N)
-    out = device_empty((w.N * w.K_padded,), w.np_dtype, True)
+    out = device_empty((w.N * w.K_padded,), w.np_dtype, SIMULATED)
     if wide:  # the _vec kernel, as bind_dequant launches it for B of 2**31 words or more
         k = dequant.dequant_kernel(w.bits, w.dtype, w.zp_kind, False, True)
         row_words = w.K_padded * w.bits // 32
@@ -68,7 +69,7 @@ def test_fast_kernel_writes_the_vec_kernels_bytes(bits, act, zp_kind):
             zp = pack_zero_points(rng.integers(0, 1 << bits, size=(N, kb)), bits)
         elif zp_kind == "typed":
             zp = (rng.integers(0, 1 << bits, size=(N, kb)) + rng.uniform(-0.4, 0.4, size=(N, kb))).astype(dt)
-        w = build_weights(B, sc, zp, K=K, N=N, bits=bits, block_size=bs, simulated=True)
+        w = build_weights(B, sc, zp, K=K, N=N, bits=bits, block_size=bs, simulated=SIMULATED)
         got, want = _run(w, False), _run(w, True)
         np.testing.assert_array_equal(got, want, err_msg=f"block {bs}")
 

@@ -3,6 +3,7 @@ packer ``layout.pack_weights``, for every bit width, block size, ragged N and K,
 import numpy as np
 import pytest
 
+from conftest import SIMULATED
 from numba_nbits.arrays import to_host
 from numba_nbits.formats import unpack_codes
 from numba_nbits.kernels.gemv import layout, repack
@@ -14,7 +15,7 @@ def _weights(N, K, bits, bs, seed):
     kb = -(-K // bs)
     B = rng.integers(0, 256, size=(N, kb, bs * bits // 8), dtype=np.uint8)  # padding columns random too
     sc = rng.standard_normal((N, kb)).astype(np.float16)
-    return build_weights(B, sc, K=K, N=N, bits=bits, block_size=bs, simulated=True)
+    return build_weights(B, sc, K=K, N=N, bits=bits, block_size=bs, simulated=SIMULATED)
 
 
 @pytest.mark.parametrize("bits,bs,N,K", [
