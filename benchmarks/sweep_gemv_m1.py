@@ -153,7 +153,7 @@ def prepare_group(args):
     NCOLS columns (16 rows of A; row m of the oracle depends only on A[m]). Host only."""
     tmp, N, K, bs, dtype, seed = args
     from numba_nbits.arrays import np_dtype, to_host
-    from numba_nbits.kernels.gemv.repack import prepack
+    from numba_nbits.kernels.gemv.repack import prepack_on_host
     from numba_nbits.reference import matmul_nbits_ref
     from numba_nbits.weights import build_weights
 
@@ -168,7 +168,7 @@ def prepare_group(args):
         cols = np.arange(N)
     ref = matmul_nbits_ref(A, B[cols], sc[cols], None, K=K, N=len(cols), bits=BITS, block_size=bs)
     w = build_weights(B, sc, None, K=K, N=N, bits=BITS, block_size=bs, simulated=True)
-    pk = prepack(w)
+    pk = prepack_on_host(w)
     path = _group_file(tmp, N, K, bs, dtype)
     np.savez(path + ".part.npz", B=B, sc=sc.view(np.uint16), A=A.view(np.uint16), cols=cols, ref=ref,
              bq=to_host(pk.bq), psc=to_host(pk.scales).view(np.uint16),

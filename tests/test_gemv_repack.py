@@ -61,3 +61,13 @@ def test_prepack_uses_the_device_repack(bits):
     codes = unpack_codes(np.asarray(w.host["B"]).reshape(N, w.k_blocks, -1), None, bits, bs)
     np.testing.assert_array_equal(to_host(pk.bq), layout.pack_weights(codes, pk.K_pad, bs, bits))
     assert repack.prepack(w) is pk  # built once
+
+
+@pytest.mark.parametrize("bits,bs", [(4, 32), (8, 128), (2, 64)])
+def test_host_prepack_equals_device_prepack(bits, bs):
+    """``prepack_on_host`` (NumPy only: the M = 1 sweep's host processes) builds the layout ``prepack`` builds."""
+    w = _weights(24, 200, bits, bs, seed=bits + bs)
+    dev, host = repack.prepack(w), repack.prepack_on_host(w)
+    assert (dev.N_pad, dev.K_pad, dev.n_super) == (host.N_pad, host.K_pad, host.n_super)
+    np.testing.assert_array_equal(to_host(host.bq), to_host(dev.bq))
+    np.testing.assert_array_equal(to_host(host.scales), to_host(dev.scales))

@@ -34,7 +34,7 @@ from numba import cuda
 
 from ...arrays import device_empty, to_device
 from ...launch import Kernel
-from ...formats import unpack_zero_points
+from ...formats import unpack_codes, unpack_zero_points
 from .layout import MMA_LAYOUTS, ROW_PAD, TILE_N, Packed, _per_block_layout, geometry, pack_weights
 
 THREADS = 256
@@ -137,24 +137,37 @@ def repack(weights, K_pad: int):
     return out
 
 
+def _packed(weights, bq_of) -> Packed:
+    """``Packed`` of ``weights`` with codes ``bq_of(K_pad)``; scales and zero points laid out on the host
+    (1/64 of the codes' size or less)."""
+    N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
+    ks, _, n_super, K_pad = geometry(K, bs, bits)
+    bq = bq_of(K_pad)
+    kb_pad = K_pad // bs
+    sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
+    sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
+    sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
+    zp_l = None
+    if weights.zp_kind == "packed":
+        zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
+        zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
+    n_pad = -(-N // ROW_PAD) * ROW_PAD
+    return Packed(bq=bq, scales=to_device(sc_l, weights.simulated), zp=zp_l, N_pad=n_pad, K_pad=K_pad,
+                  n_super=n_super)
+
+
 def prepack(weights) -> Packed:
     """The layout of ``layout.py``'s docstring, built once per ``Weights`` (key ``gemv_mma_w<bits>`` of
-    ``weights.derived``): the codes by ``repack``, the scales and zero points on the host (1/64 of the codes'
-    size or less)."""
-    def build():
-        N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
-        ks, _, n_super, K_pad = geometry(K, bs, bits)
-        bq = repack(weights, K_pad)
-        kb_pad = K_pad // bs
-        sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
-        sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
-        sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
-        zp_l = None
-        if weights.zp_kind == "packed":
-            zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
-            zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
-        n_pad = -(-N // ROW_PAD) * ROW_PAD
-        return Packed(bq=bq, scales=to_device(sc_l, weights.simulated), zp=zp_l, N_pad=n_pad, K_pad=K_pad,
-                      n_super=n_super)
+    ``weights.derived``): the codes by ``repack`` on the device."""
+    return weights.derived(f"gemv_mma_w{weights.bits}", lambda: _packed(weights, lambda K_pad: repack(weights, K_pad)))
 
-    return weights.derived(f"gemv_mma_w{weights.bits}", build)
+
+def prepack_on_host(weights) -> Packed:
+    """The same layout built with NumPy only (``layout.pack_weights``), no kernel launched: for host-only
+    processes (the M = 1 sweep's data preparation) and weights held in host memory (``simulated``); not cached."""
+    def bq_of(K_pad):
+        codes = unpack_codes(np.asarray(weights.host["B"]).reshape(weights.N, weights.k_blocks, -1), None,
+                             weights.bits, weights.block_size)
+        return to_device(pack_weights(codes, K_pad, weights.block_size, weights.bits), weights.simulated)
+
+    return _packed(weights, bq_of)
