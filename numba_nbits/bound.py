@@ -36,9 +36,9 @@ into a CUDA graph.
 
 ``op.bind(A, out, stream=None)`` makes a ``Bound``: the general checks run once, at bind time, and
 the plan is built then (outside capture: during capture a missing plan raises ``CaptureError``). The
-bound callable takes no arguments, runs the plan on the fixed views and returns ``out``: one
-``cuGraphLaunch`` of the launches captured at bind time (when the stream was not capturing then and the
-stream of the call is not capturing now; else the plan's lean form, the launches alone); with
+bound callable takes no arguments, runs the plan on the fixed views and returns ``out``: the first call
+issues the launches (the plan's lean form where it has one), the second captures them into a ``CallGraph``
+and from then on a call is one ``cuGraphLaunch`` (into a capturing stream: the launches themselves); with
 ``stream=None`` it reads the producer's current stream on each call, as ``op(A, out=out)`` does.
 It keeps A and out alive, so their memory cannot be freed while it exists.
 """
@@ -222,7 +222,8 @@ class CallRecord:
 class Bound:
     """``op.bind(A, out, stream)``: the operator on fixed buffers; ``bound()`` runs it, returns ``out``."""
 
-    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of", "_runner", "_pa", "_po", "_graph")
+    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of", "_runner", "_pa", "_po", "_graph",
+                 "_graph_ok", "_ran")
 
     def __init__(self, run, a: DevArray | None, o: DevArray | None, out, keep, stream: int | None,
                  stream_of, runner=None, graph: bool = False):
@@ -236,8 +237,11 @@ class Bound:
         self._keep = keep  # A (and its device copy): the memory the views point at stays alive
         self._stream = stream  # fixed handle, or None: the producer's current stream per call
         self._stream_of = stream_of
-        # the launches as one CallGraph (graph=True and something to launch): made here, outside any capture
-        self._graph = CallGraph(self._launch) if graph and run is not None else None
+        # the launches as one CallGraph, made at the second call outside capture (the first one has run the
+        # plan, so whatever a plan sets up on its first run is not captured); binding itself launches nothing
+        self._graph = None
+        self._graph_ok = graph and run is not None
+        self._ran = False
 
     def _launch(self, s: int) -> None:
         r = self._runner
@@ -252,8 +256,14 @@ class Bound:
             so = self._stream_of
             s = so() if so is not None else 0
         g = self._graph
-        if g is not None and (s == 0 or not is_capturing(s)):
+        if g is not None:
+            if s == 0 or not is_capturing(s):
+                g(s)
+                return self._out
+        elif self._graph_ok and self._ran and (s == 0 or not is_capturing(s)):
+            g = self._graph = CallGraph(self._launch)
             g(s)
-        else:
-            self._launch(s)
+            return self._out
+        self._launch(s)
+        self._ran = True
         return self._out

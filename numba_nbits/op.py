@@ -269,9 +269,9 @@ class MatMulNBits:
         runner = None if sim else _runner_of(c.entry)
         if runner is not None:
             runner = runner(c.a2, c.o2)
-        # the launches as a CUDA graph, captured now on a private stream (not while c.s is capturing: the plan
-        # exists, so the bound call works there, launching directly); the ORT_FPA_INTB_DEBUG line needs entry.run
-        graph = not sim and c.entry.debug_line is None and not is_capturing(c.s)
+        # its launches kept as a CUDA graph from the second call (bound.py); the ORT_FPA_INTB_DEBUG line needs
+        # entry.run on every call
+        graph = not sim and c.entry.debug_line is None
         if stream is None and ra is not None and not sim:  # the producer's current stream, read per call
             return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of, runner, graph)
         return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None, runner, graph)

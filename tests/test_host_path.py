@@ -722,27 +722,40 @@ def test_call_record_without_graphs_launches_every_call(monkeypatch):
     assert len(calls) == 3 and not _FakeGraph.made and rec.graphs == {}
 
 
-def test_bound_launches_its_graph_unless_the_stream_is_capturing(monkeypatch):
+def test_bound_launches_its_graph_from_the_second_call_unless_the_stream_is_capturing(monkeypatch):
     bound = _fake_graphs(monkeypatch, capturing={0x99})
     runs = []
+
+    def run(x, y, s):
+        runs.append((x.ptr, y.ptr, s))
+
     a, o = DevArray(0x7000, (2, 8), (16, 2), np.float16, None), DevArray(0xB000, (2, 4), (8, 2), np.float16, None)
-    b = bound.Bound(lambda x, y, s: runs.append((x.ptr, y.ptr, s)), a, o, "OUT", None, 0x55, None, graph=True)
+    b = bound.Bound(run, a, o, "OUT", None, 0x55, None, graph=True)
+    assert not _FakeGraph.made and not runs  # binding launches nothing
+    assert b() == "OUT" and runs == [(0x7000, 0xB000, 0x55)] and not _FakeGraph.made  # first call: the launches
+    assert b() == "OUT"  # second: captured (the plan ran on the capture stream), then launched
     g, = _FakeGraph.made
-    assert runs == [(0x7000, 0xB000, _FakeGraph.CAPTURE)]  # captured at bind time
-    assert b() == "OUT" and g.launches == [0x55] and len(runs) == 1
+    assert runs[-1] == (0x7000, 0xB000, _FakeGraph.CAPTURE) and g.launches == [0x55]
+    b()
+    assert g.launches == [0x55, 0x55] and len(runs) == 2
     current = [0x99]
-    b2 = bound.Bound(lambda x, y, s: runs.append((x.ptr, y.ptr, s)), a, o, "OUT", None, None, lambda: current[0],
-                     graph=True)
-    assert b2() == "OUT" and runs[-1] == (0x7000, 0xB000, 0x99)  # the current stream is capturing: launched
+    b2 = bound.Bound(run, a, o, "OUT", None, None, lambda: current[0], graph=True)
+    b2()
+    b2()  # the current stream is capturing: launched, no graph made
+    assert runs[-2:] == [(0x7000, 0xB000, 0x99)] * 2 and len(_FakeGraph.made) == 1
     current[0] = 0
     b2()
     assert _FakeGraph.made[1].launches == [0]
-    b3 = bound.Bound(lambda x, y, s: runs.append((x.ptr, y.ptr, s)), a, o, "OUT", None, 0, None, graph=False)
+    current[0] = 0x99
+    b2()  # has a graph, but the stream captures: the launches again
+    assert runs[-1] == (0x7000, 0xB000, 0x99) and _FakeGraph.made[1].launches == [0]
+    b3 = bound.Bound(run, a, o, "OUT", None, 0, None, graph=False)
     n = len(runs)
     b3()
-    assert len(_FakeGraph.made) == 2 and runs[n:] == [(0x7000, 0xB000, 0)]
-    assert bound.Bound(None, None, None, "OUT", None, 0, None, graph=True)() == "OUT"  # M == 0: nothing to launch
-    assert len(_FakeGraph.made) == 2
+    b3()
+    assert len(_FakeGraph.made) == 2 and runs[n:] == [(0x7000, 0xB000, 0)] * 2
+    m0 = bound.Bound(None, None, None, "OUT", None, 0, None, graph=True)  # M == 0: nothing to launch
+    assert m0() == "OUT" and m0() == "OUT" and len(_FakeGraph.made) == 2
 
 
 @pytest.mark.skipif(not SIMULATED, reason="NumPy out= is a simulator-only form")
