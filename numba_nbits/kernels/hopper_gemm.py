@@ -19,12 +19,15 @@ B operand (``MT`` token rows per block, K-major, no swizzle), fp32 accumulators.
   layout's k permutation (``layout.py``: logical fragment columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of a step
   are 4 consecutive physical k) is applied here: 4 consecutive k of one token go to logical columns
   ``2t, 2t + 1`` (k block 0) and ``2t + 8, 2t + 9`` (k block 1), so A and B agree on every k.
-  The copy is fenced to the async proxy (``fence.proxy.async``) and a barrier precedes the MMAs.
+  The copy is fenced to the async proxy (``fence.proxy.async``) and a barrier precedes the MMAs. A lane's
+  codes of a 64-k chunk are one 16-byte load (``ldg_v4``); the super-chunk's ``KS / 16`` MMAs are issued
+  back to back (``mma_async``) and waited for once (``wgmma_wait``) before the next copy; ptxas reports
+  no serialisation of them.
 * Epilogue: accumulator ``(n, m)`` of the fragment map (``intrinsics_sm90.d_fragment_positions``) to
   ``Y[m0 + m, n0 + n]`` (+ bias in fp32), rounded once to the output dtype; rows past M or N are not stored.
 
 Not yet (the next steps of the family): the multi-stage mbarrier/TMA pipeline with producer and consumer
-warpgroups, asynchronous MMAs (this one waits for each), 128-row tiles, split-K, zero points, 2/8-bit.
+warpgroups, MMAs overlapping the next copy, 128-row tiles, split-K, zero points, 2/8-bit.
 Guards (``unmet``): 4-bit, fp16/bf16, no zero points, no g_idx, block 32/64/128, K % 8 == 0, N % 8 == 0.
 """
 from __future__ import annotations
@@ -131,8 +134,13 @@ def generate_source(act: str, MT: int, bs: int) -> str:
         c_local, q = divmod(s, 4)
         gam = q // sg
         bb = (64 * c_local + gam * kg) // bs
+        if q == 0:  # the lane's 16 bytes of this 64-k chunk: the codes of its 4 steps
+            L += ["        if live:",
+                  f"            v = ldg_v4(bq, ((tile * n_super + sc) * {nvec} + {c_local}) * 32 + lane)",
+                  "        else:",
+                  "            v = (uint32(0), uint32(0), uint32(0), uint32(0))"]
         L += [f"        # step {s}: chunk {c_local}, block {bb} of the super-chunk",
-              f"        wd = bq[(((tile * n_super + sc) * {nvec} + {c_local}) * 32 + lane) * 4 + {q}] if live else uint32(0)",
+              f"        wd = v[{q}]",
               f"        s0 = uint32(scales[(sbase + 0) * {bps} + {bb}]) if live else uint32(0)",
               f"        s8 = uint32(scales[(sbase + 1) * {bps} + {bb}]) if live else uint32(0)",
               "        s0 = s0 | (s0 << 16)",
@@ -142,6 +150,7 @@ def generate_source(act: str, MT: int, bs: int) -> str:
             L.append(f"        x{rr} = fma2(fma2(((wd >> {4 * rr}) & uint32(0x000F000F)) | MAGIC2, ONE2, NEG2), {sc_}, "
                      f"ZERO2)")
         L.append(f"        acc = mma(acc, x0, x1, x2, x3, smem_desc(sm, {s * region}, {LBO}, {SBO}))")
+    L.append("        acc = wgmma_wait(acc)  # the MMAs have read the tile before the next copy overwrites it")
     L += ["    n_lo = tile * 16 + g",
           "    if tile < n_tiles:"]
     for j in range(MT // 8):
@@ -164,7 +173,8 @@ def hopper_gemm_kernel(act: str, MT: int, bs: int) -> Kernel:
     bf16 = act == "bfloat16"
     src = generate_source(act, MT, bs)
     ns = {"cuda": cuda, "uint32": np.uint32, "float32": np.float32, "ld": LOADS[act], "st": STORES[act],
-          "fma2": _I.fma_bf16x2 if bf16 else _I.fma_f16x2, "mma": _W.wgmma(MT, bf16),
+          "fma2": _I.fma_bf16x2 if bf16 else _I.fma_f16x2, "mma": _W.wgmma(MT, bf16, sync=False),
+          "wgmma_wait": _W.wgmma_wait, "ldg_v4": _I.ldg_v4,
           "smem_desc": _W.smem_desc, "fence_proxy_async": _W.fence_proxy_async,
           "MAGIC2": np.uint32(MAGIC[act] * 0x10001), "ONE2": np.uint32(ONE[act] * 0x10001),
           "NEG2": np.uint32(NEG_MAGIC_ZP8[act] * 0x10001), "ZERO2": np.uint32(0)}

@@ -175,10 +175,16 @@ def _wgmma_twin(n: int, bf16: bool):
     return wgmma
 
 
+def _wgmma_wait_py(acc):
+    return acc
+
+
 if SIMULATED:
     smem_desc = _smem_desc_py
     fence_proxy_async = _fence_proxy_async_py
     _WGMMA = {(n, bf): _wgmma_twin(n, bf) for n in WGMMA_N for bf in (False, True)}
+    _WGMMA_ASYNC = _WGMMA  # the twin completes at once; its wait has nothing left to do
+    wgmma_wait = _wgmma_wait_py
 else:  # pragma: no cover - compiled on a GPU only
     from llvmlite import ir
     from numba.cuda import types
@@ -225,14 +231,14 @@ else:  # pragma: no cover - compiled on a GPU only
 
         return types.void(), codegen
 
-    def _wgmma_intrinsic(n: int, bf16: bool):
+    def _wgmma_intrinsic(n: int, bf16: bool, sync: bool = True):
         kind = "bf16" if bf16 else "f16"
         m = n // 2
         dregs = ",".join(f"${k}" for k in range(m))
         ptx = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, ${m + 5}, 0;\nwgmma.fence.sync.aligned;\n"
                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
                f"{{{dregs}}}, {{${m},${m + 1},${m + 2},${m + 3}}}, ${m + 4}, p, 1, 1, 0;\n"
-               "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}")
+               + ("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" if sync else "") + "}")
         cons = ",".join(["=f"] * m + ["r"] * 4 + ["l", "r"] + [str(k) for k in range(m)])  # "r": scale-d (1)
 
         def typer(typingctx, acc, a0, a1, a2, a3, desc):
@@ -252,17 +258,37 @@ else:  # pragma: no cover - compiled on a GPU only
 
             return rt(acc, a0, a1, a2, a3, desc), codegen
 
-        typer.__name__ = f"wgmma_m64n{n}k16_{kind}"
+        typer.__name__ = f"wgmma_m64n{n}k16_{kind}" + ("" if sync else "_async")
         return intrinsic(typer)
 
     _WGMMA = {(n, bf): _wgmma_intrinsic(n, bf) for n in WGMMA_N for bf in (False, True)}
+    _WGMMA_ASYNC = {(n, bf): _wgmma_intrinsic(n, bf, False) for n in WGMMA_N for bf in (False, True)}
+
+    @intrinsic
+    def wgmma_wait(typingctx, acc):
+        if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count in
+                tuple(n // 2 for n in WGMMA_N)):
+            return None
+        m = acc.count
+
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            fnty = ir.FunctionType(ir.LiteralStructType([f32] * m), [f32] * m)
+            asm = ir.InlineAsm(fnty, "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;",
+                               ",".join(["=f"] * m + [str(k) for k in range(m)]), side_effect=True)
+            res = builder.call(asm, [builder.extract_value(args[0], k) for k in range(m)])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(m)])
+
+        return acc(acc), codegen
 
 
-def wgmma(n: int, bf16: bool):
-    """``wgmma_m64n{n}k16_{f16|bf16}`` (for kernel generators)."""
+def wgmma(n: int, bf16: bool, sync: bool = True):
+    """``wgmma_m64n{n}k16_{f16|bf16}`` (for kernel generators); ``sync=False``: the form that only issues
+    (``wgmma.fence`` + ``mma_async``), whose accumulators are valid after ``wgmma_wait(acc)`` (commit +
+    wait for all groups; ptxas keeps the registers of in-flight MMAs untouched or serialises)."""
     if n not in WGMMA_N:
         raise ValueError(f"wgmma: n must be one of {WGMMA_N}, got {n}")
-    return _WGMMA[(n, bool(bf16))]
+    return (_WGMMA if sync else _WGMMA_ASYNC)[(n, bool(bf16))]
 
 
 wgmma_m64n8k16_f16 = _WGMMA[(8, False)]
