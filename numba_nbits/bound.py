@@ -54,6 +54,14 @@ from .arrays import DevArray, _FAST, _mk, _adapt_cupy, _adapt_numba, _adapt_torc
 from .launch import is_capturing
 from .launch.graph_exec import CallGraph
 
+
+def _prepare_capture(stream: int) -> None:
+    """Before a ``CallGraph`` captures: the capture stream gets its own cuBLAS workspaces, as every stream an
+    eager GEMM runs on has (``dispatch/cublas.py``), so graph and eager calls give the same bits."""
+    from .dispatch import cublas
+
+    cublas.reserve_workspaces(stream)
+
 GRAPHS_PER_RECORD = 8  # pointer pairs of one recorded layout kept as graphs (the oldest is dropped)
 _SEEN_MAX = 64  # first sightings remembered per record before the memory of them is cleared
 
@@ -210,7 +218,7 @@ class CallRecord:
     def _new_graph(self, key) -> CallGraph:
         """The plan's launches for the pointer pair ``key`` as a ``CallGraph``, kept (the oldest dropped)."""
         pa, po = key
-        g = CallGraph(lambda cs: self._launch(pa, po, cs))
+        g = CallGraph(lambda cs: self._launch(pa, po, cs), _prepare_capture)
         graphs = self.graphs
         while len(graphs) >= GRAPHS_PER_RECORD:
             graphs.pop(next(iter(graphs))).close()
@@ -261,7 +269,7 @@ class Bound:
                 g(s)
                 return self._out
         elif self._graph_ok and self._ran and (s == 0 or not is_capturing(s)):
-            g = self._graph = CallGraph(self._launch)
+            g = self._graph = CallGraph(self._launch, _prepare_capture)
             g(s)
             return self._out
         self._launch(s)

@@ -650,7 +650,8 @@ class _FakeGraph:
     CAPTURE = 0xC0
     made: list = []
 
-    def __init__(self, fn):
+    def __init__(self, fn, prepare=None):
+        self.prepared = prepare is not None
         fn(self.CAPTURE)
         self.launches, self.closed = [], False
         _FakeGraph.made.append(self)
@@ -687,6 +688,7 @@ def test_call_record_keeps_a_repeated_pointer_pair_as_a_graph(monkeypatch):
     rec(a, o, None)  # second: captured (the plan ran on the capture stream), then the graph launched
     g, = _FakeGraph.made
     assert calls[-1][4] == _FakeGraph.CAPTURE and len(calls) == 2 and g.launches == [0] and rec.graphs == {key: g}
+    assert g.prepared  # the capture stream's cuBLAS workspaces are set up first
     rec(a, o, 0x55)
     assert len(calls) == 2 and g.launches == [0, 0x55]  # the graph alone, into the call's stream
     rec(a, o, 0x99)  # a capturing stream: the launches themselves, into it
@@ -823,8 +825,9 @@ def test_call_graph_captures_once_and_launches_into_any_stream(monkeypatch):
     drv = _GraphDriver()
     ge = _graph_exec_with(monkeypatch, drv)
     seen = []
-    g = ge.CallGraph(lambda s: (seen.append(s), drv.log.append("fn")))
-    assert seen == [0xCA] and drv.log == [("begin", 0xCA), "fn", ("end", 0xCA), ("instantiate", "G")]
+    g = ge.CallGraph(lambda s: (seen.append(s), drv.log.append("fn")), lambda s: drv.log.append(("prepare", s)))
+    assert seen == [0xCA] and drv.log == [("prepare", 0xCA), ("begin", 0xCA), "fn", ("end", 0xCA),
+                                          ("instantiate", "G")]
     g(0)
     g(0x55)
     assert drv.log[-2:] == [("launch", "X", 0), ("launch", "X", 0x55)]
@@ -862,3 +865,24 @@ def test_call_graph_refuses_the_simulator():
         pytest.skip("simulator behaviour")
     with pytest.raises(RuntimeError, match="simulator has no graphs"):
         graph_exec.CallGraph(lambda s: None)
+
+
+def test_reserve_workspaces_gives_the_stream_a_workspace_on_every_handle(monkeypatch):
+    """``dispatch.cublas.reserve_workspaces``: each handle made so far allocates the stream's own workspace
+    (as an eager GEMM on it would), so a graph captured there uses a workspace of the eager size."""
+    import threading
+
+    from numba_nbits.dispatch import cublas
+
+    class H:
+        def __init__(self):
+            self.lock, self.asked = threading.Lock(), []
+
+        def workspace_for(self, s):
+            assert self.lock.locked()
+            self.asked.append(s)
+
+    hs = {0: H(), 1: H()}
+    monkeypatch.setattr(cublas, "_handles", hs)
+    cublas.reserve_workspaces(0x77)
+    assert hs[0].asked == [0x77] and hs[1].asked == [0x77]

@@ -13,7 +13,8 @@ Callers launch a graph only into stream 0, which cannot capture, or into a strea
 is not capturing; into a capturing stream (someone else's graph being recorded) they issue the launches
 themselves, so what that capture records is the same as without graphs here.
 
-``close()`` (or garbage collection) destroys the executable graph; a launch still running on the GPU
+``prepare(stream)``, when given, runs first, outside capture, for what the captured calls need set up on the
+capture stream (``bound.py`` gives it cuBLAS workspaces). ``close()`` (or garbage collection) destroys the executable graph; a launch still running on the GPU
 completes (the driver frees an in-flight executable graph when it finishes). Nothing here runs under the
 simulator, which has no graphs: ``CallGraph`` raises there, and callers do not make one.
 """
@@ -45,11 +46,13 @@ class CallGraph:
 
     __slots__ = ("_exec", "_graph", "_launch", "__weakref__")
 
-    def __init__(self, fn):
+    def __init__(self, fn, prepare=None):
         if simulated():
             raise RuntimeError("CallGraph: the CUDA simulator has no graphs")
         drv = _drv()
         s = _capture_stream()
+        if prepare is not None:  # work the capture stream needs done outside capture (a GEMM workspace)
+            prepare(s)
         check(drv.cuStreamBeginCapture(s, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "cuStreamBeginCapture")
         try:
