@@ -19,15 +19,16 @@ B operand (``MT`` token rows per block, K-major, no swizzle), fp32 accumulators.
   layout's k permutation (``layout.py``: logical fragment columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of a step
   are 4 consecutive physical k) is applied here: 4 consecutive k of one token go to logical columns
   ``2t, 2t + 1`` (k block 0) and ``2t + 8, 2t + 9`` (k block 1), so A and B agree on every k.
-  The copy is fenced to the async proxy (``fence.proxy.async``) and a barrier precedes the MMAs. A lane's
-  codes of a 64-k chunk are one 16-byte load (``ldg_v4``); the super-chunk's ``KS / 16`` MMAs are issued
-  back to back (``mma_async``) and waited for once (``wgmma_wait``) before the next copy; ptxas reports
-  no serialisation of them.
+  The copy is fenced to the async proxy (``fence.proxy.async``) and a barrier precedes the MMAs. Two
+  buffers alternate: the super-chunk's ``KS / 16`` MMAs on one are issued back to back (``mma_async``),
+  then the block copies the next super-chunk into the other while they run, fences, waits for the MMAs
+  (``wgmma_wait``) and meets at a barrier (the buffer just read is the next copy's target). A lane's codes
+  of a 64-k chunk are one 16-byte load (``ldg_v4``); ptxas reports no serialisation of the MMAs.
 * Epilogue: accumulator ``(n, m)`` of the fragment map (``intrinsics_sm90.d_fragment_positions``) to
   ``Y[m0 + m, n0 + n]`` (+ bias in fp32), rounded once to the output dtype; rows past M or N are not stored.
 
 Not yet (the next steps of the family): the multi-stage mbarrier/TMA pipeline with producer and consumer
-warpgroups, MMAs overlapping the next copy, 128-row tiles, split-K, zero points, 2/8-bit.
+warpgroups, cp.async / TMA copies, 128-row tiles, split-K, zero points, 2/8-bit.
 Guards (``unmet``): 4-bit, fp16/bf16, no zero points, no g_idx, block 32/64/128, K % 8 == 0, N % 8 == 0.
 """
 from __future__ import annotations
@@ -90,6 +91,33 @@ def generate_source(act: str, MT: int, bs: int) -> str:
     quads = MT * ks // 4  # 4-k groups of the super-chunk's activation tile
     # tuple displays of more than 30 items compile to list appends, which numba's bytecode pass rejects here
     acc0 = " + ".join("(" + ", ".join(["z"] * min(16, MT // 2)) + ")" for _ in range(max(1, MT // 32)))
+    buf = steps * region  # bytes of one activation buffer; two of them alternate
+
+    def copy(ind: str, sc_expr: str, buf_expr: str) -> list:
+        """The block's copy of super-chunk ``sc_expr``'s activations into the buffer at byte ``buf_expr``."""
+        return [f"{ind}i = t",
+                f"{ind}while i < {quads}:",
+                f"{ind}    mm = i // {ks // 4}",
+                f"{ind}    kq = (i - mm * {ks // 4}) * 4",
+                f"{ind}    c = kq >> 6",
+                f"{ind}    r = kq & 63",
+                f"{ind}    gam = r // {kg}",
+                f"{ind}    r2 = r - gam * {kg}",
+                f"{ind}    tt = r2 // {4 * sg}",
+                f"{ind}    sig = (r2 - tt * {4 * sg}) >> 2",
+                f"{ind}    s = c * 4 + gam * {sg} + sig",
+                f"{ind}    k = ({sc_expr}) * {ks} + kq",
+                f"{ind}    m = m0 + mm",
+                f"{ind}    w0 = uint32(0)",
+                f"{ind}    w1 = uint32(0)",
+                f"{ind}    if m < M and k < K:  # K % 8 == 0: the whole quad is inside the row",
+                f"{ind}        w0 = a[m * kw + (k >> 1)]",
+                f"{ind}        w1 = a[m * kw + (k >> 1) + 1]",
+                f"{ind}    off = (({buf_expr}) + s * {region} + (mm >> 3) * {SBO} + (mm & 7) * 16 + tt * 4) >> 2",
+                f"{ind}    sm[off] = w0",
+                f"{ind}    sm[off + {LBO // 4}] = w1",
+                f"{ind}    i += {THREADS}"]
+
     L = ["def hopper_gemm(bq, scales, a, y, bias, M, N, K, n_super, has_bias):",
          "    t = cuda.threadIdx.x",
          "    lane = t & 31",
@@ -98,38 +126,17 @@ def generate_source(act: str, MT: int, bs: int) -> str:
          "    tile = cuda.blockIdx.x * 4 + (t >> 5)",
          f"    m0 = cuda.blockIdx.y * {MT}",
          "    n_tiles = (N + 15) // 16",
-         f"    sm = cuda.shared.array({steps * region // 4}, uint32)",
+         f"    sm = cuda.shared.array({2 * buf // 4}, uint32)",
          "    z = float32(0.0)",
          f"    acc = {acc0}",
          "    kw = K // 2  # A row in uint32 words",
-         "    for sc in range(n_super):",
-         "        cuda.syncthreads()  # the MMAs of the last super-chunk have read the tile",
-         "        i = t",
-         f"        while i < {quads}:",
-         f"            mm = i // {ks // 4}",
-         f"            kq = (i - mm * {ks // 4}) * 4",
-         "            c = kq >> 6",
-         "            r = kq & 63",
-         f"            gam = r // {kg}",
-         f"            r2 = r - gam * {kg}",
-         f"            tt = r2 // {4 * sg}",
-         f"            sig = (r2 - tt * {4 * sg}) >> 2",
-         f"            s = c * 4 + gam * {sg} + sig",
-         f"            k = sc * {ks} + kq",
-         "            m = m0 + mm",
-         "            w0 = uint32(0)",
-         "            w1 = uint32(0)",
-         "            if m < M and k < K:  # K % 8 == 0: the whole quad is inside the row",
-         "                w0 = a[m * kw + (k >> 1)]",
-         "                w1 = a[m * kw + (k >> 1) + 1]",
-         f"            off = (s * {region} + (mm >> 3) * {SBO} + (mm & 7) * 16 + tt * 4) >> 2",
-         "            sm[off] = w0",
-         f"            sm[off + {LBO // 4}] = w1",
-         f"            i += {THREADS}",
-         "        fence_proxy_async()",
-         "        cuda.syncthreads()",
-         "        live = tile < n_tiles",
-         "        sbase = ((tile * n_super + sc) * 8 + g) * 2"]
+         "    live = tile < n_tiles"]
+    L += copy("    ", "0", "0")
+    L += ["    fence_proxy_async()",
+          "    cuda.syncthreads()",
+          "    for sc in range(n_super):",
+          f"        cur = (sc & 1) * {buf}",
+          "        sbase = ((tile * n_super + sc) * 8 + g) * 2"]
     for s in range(steps):
         c_local, q = divmod(s, 4)
         gam = q // sg
@@ -149,8 +156,12 @@ def generate_source(act: str, MT: int, bs: int) -> str:
             sc_ = "s8" if rr & 1 else "s0"
             L.append(f"        x{rr} = fma2(fma2(((wd >> {4 * rr}) & uint32(0x000F000F)) | MAGIC2, ONE2, NEG2), {sc_}, "
                      f"ZERO2)")
-        L.append(f"        acc = mma(acc, x0, x1, x2, x3, smem_desc(sm, {s * region}, {LBO}, {SBO}))")
-    L.append("        acc = wgmma_wait(acc)  # the MMAs have read the tile before the next copy overwrites it")
+        L.append(f"        acc = mma(acc, x0, x1, x2, x3, smem_desc(sm, cur + {s * region}, {LBO}, {SBO}))")
+    L += ["        if sc + 1 < n_super:  # the next super-chunk into the other buffer while the MMAs run"]
+    L += copy("            ", "sc + 1", f"{buf} - cur")
+    L += ["        fence_proxy_async()",
+          "        acc = wgmma_wait(acc)  # this buffer read: the next iteration's copy may overwrite it",
+          "        cuda.syncthreads()"]
     L += ["    n_lo = tile * 16 + g",
           "    if tile < n_tiles:"]
     for j in range(MT // 8):
