@@ -105,7 +105,7 @@ def test_fragment_maps_are_inverse_and_cover_d():
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["f16", "bf16"])
-@pytest.mark.parametrize("n", [8, 64] if SIMULATED else list(W.WGMMA_N))
+@pytest.mark.parametrize("n", [8, 64] if SIMULATED else list(W.MLIR_WGMMA_N if W.MLIR else W.WGMMA_N))
 def test_wgmma_matches_a_at_b_plus_c(n, bf16):
     _needs_sm90()
     import ml_dtypes
@@ -213,3 +213,48 @@ def test_wgmma_kernels_assemble_for_sm90a():
     assert len(res) == 8
     for key, v in res.items():
         assert v["rc"] == 0 and v["wgmma"] == 1, (key, v)
+
+
+_MLIR = r'''
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
+import numba_cuda_mlir.tools as tools
+from cuda.bindings import driver
+try:
+    gpu = int(driver.cuInit(0)[0]) == 0
+except Exception:
+    gpu = False
+if not gpu:
+    tools._cached_cc = (9, 0)  # numba-cuda-mlir asks the device even when chip names the target
+from numba_nbits import backend
+from numba_nbits.kernels import hopper_gemm as H, intrinsics_sm90 as W
+import test_wgmma as T
+assert backend.compiler() == "mlir" and W.MLIR
+for k in (T._kernel(8, False), T._kernel(8, True), H.hopper_gemm_kernel("float16", H.m_tile(64), 128)):
+    disp, _, (entry, cubin) = backend.compile_kernel(k.pyfunc, k.argtypes, {}, lambda: (9, 0))
+    ptx = disp.compile(backend.types().void(*backend.argtypes(k.argtypes))).metadata["ptx"]
+    print(k.name, cubin[:4] == b"\x7fELF", ".target sm_90a" in ptx, ptx.count("wgmma.mma_async"))
+try:
+    W.wgmma(16, False)
+except NotImplementedError as e:
+    print("n16", "CALL_FUNCTION_EX" in str(e))
+'''
+
+
+def test_wgmma_under_numba_cuda_mlir():
+    """Under ``NUMBA_NBITS_BACKEND=mlir`` the n = 8 wgmma kernels (and the prototype GEMM, whose token tile is
+    then 8) compile to sm_90a cubins; larger shapes raise and say why."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("numba_cuda_mlir")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_NBITS_BACKEND="mlir", NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", _MLIR, str(root)], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+    assert lines == [["wgmma_probe_n8_f16", "True", "True", "1"], ["wgmma_probe_n8_bf16", "True", "True", "1"],
+                     ["hopper_gemm_w4_float16_mt8_b128", "True", "True", "8"], ["n16", "True"]], r.stdout

@@ -75,8 +75,10 @@ def unmet(problem):
 
 
 def m_tile(M: int) -> int:
-    """Token rows per block: the smallest of ``M_TILES`` that holds M, else the largest."""
-    return next((t for t in M_TILES if t >= M), M_TILES[-1])
+    """Token rows per block: the smallest tile that holds M, else the largest (``M_TILES``; under
+    numba-cuda-mlir only the wgmma shapes it compiles, ``intrinsics_sm90.MLIR_WGMMA_N``)."""
+    tiles = tuple(t for t in M_TILES if t in _W.MLIR_WGMMA_N) if _W.MLIR else M_TILES
+    return next((t for t in tiles if t >= M), tiles[-1])
 
 
 def generate_source(act: str, MT: int, bs: int) -> str:
@@ -185,7 +187,7 @@ def hopper_gemm_kernel(act: str, MT: int, bs: int) -> Kernel:
     src = generate_source(act, MT, bs)
     ns = {"cuda": cuda, "uint32": np.uint32, "float32": np.float32, "ld": LOADS[act], "st": STORES[act],
           "fma2": _I.fma_bf16x2 if bf16 else _I.fma_f16x2, "mma": _W.wgmma(MT, bf16, sync=False),
-          "wgmma_wait": _W.wgmma_wait, "ldg_v4": _I.ldg_v4,
+          "wgmma_wait": _W.wgmma_wait_for(MT // 2), "ldg_v4": _I.ldg_v4,
           "smem_desc": _W.smem_desc, "fence_proxy_async": _W.fence_proxy_async,
           "MAGIC2": np.uint32(MAGIC[act] * 0x10001), "ONE2": np.uint32(ONE[act] * 0x10001),
           "NEG2": np.uint32(NEG_MAGIC_ZP8[act] * 0x10001), "ZERO2": np.uint32(0)}

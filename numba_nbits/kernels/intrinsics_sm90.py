@@ -4,7 +4,9 @@ The building blocks of the fused Hopper GEMM (issue: weights decoded in register
 ``wgmma.mma_async`` as its register A operand, activations from shared memory). As in
 ``intrinsics.py``, the twin or the compiled intrinsic is chosen once at import and kernels never
 branch on simulation. numba-cuda compiles for ``sm_90a`` on a compute-capability 9.0 device, which
-``wgmma`` needs (under numba-cuda-mlir these names are not provided yet: ``backend.py``'s ``chip``).
+``wgmma`` needs; under ``NUMBA_NBITS_BACKEND=mlir`` the names are rebound to ``intrinsics_sm90_mlir.py``
+(the same PTX through ``inline_ptx``; ``backend.py`` passes ``chip="sm_90a"``), where only ``n = 8``
+compiles (``MLIR_WGMMA_N``; ``wgmma`` raises for the others and says why).
 
 * ``smem_desc(arr, byte_offset, lbo, sbo)``: the 64-bit shared-memory matrix descriptor of
   ``wgmma`` for the matrix starting ``byte_offset`` bytes into the shared uint32 array ``arr``, no
@@ -44,8 +46,12 @@ import threading
 import numpy as np
 from numba.cuda.core import config as _nb_config
 
+from .. import backend as _backend
+
 SIMULATED = bool(_nb_config.ENABLE_CUDASIM)
+MLIR = not SIMULATED and _backend.NAME == "mlir"  # numba-cuda-mlir compiles the kernels (see the end)
 WGMMA_N = (8, 16, 32, 64)
+MLIR_WGMMA_N = (8,)  # the shapes numba-cuda-mlir can compile (``wgmma``'s error says why)
 _WINDOW = 1 << 18  # the shared window a descriptor's 14-bit (address >> 4) field spans
 
 # --------------------------------------------------------------------------------------- twins
@@ -282,12 +288,32 @@ else:  # pragma: no cover - compiled on a GPU only
         return acc(acc), codegen
 
 
+if MLIR:  # pragma: no cover - compiled on a GPU only
+    from . import intrinsics_sm90_mlir as _mlir
+
+    globals().update(smem_desc=_mlir.smem_desc, fence_proxy_async=_mlir.fence_proxy_async)
+    _WGMMA, _WGMMA_ASYNC = _mlir._WGMMA, _mlir._WGMMA_ASYNC
+
+
+def wgmma_wait_for(m: int):
+    """``wgmma_wait`` for a tuple of ``m`` accumulators: the generic intrinsic (numba-cuda) or twin, or the
+    per-size device function of numba-cuda-mlir."""
+    if m not in tuple(n // 2 for n in WGMMA_N):
+        raise ValueError(f"wgmma_wait: {m} accumulators is no wgmma shape's (n / 2 for n in {WGMMA_N})")
+    return _mlir.wgmma_wait_for(m) if MLIR else wgmma_wait
+
+
 def wgmma(n: int, bf16: bool, sync: bool = True):
     """``wgmma_m64n{n}k16_{f16|bf16}`` (for kernel generators); ``sync=False``: the form that only issues
     (``wgmma.fence`` + ``mma_async``), whose accumulators are valid after ``wgmma_wait(acc)`` (commit +
     wait for all groups; ptxas keeps the registers of in-flight MMAs untouched or serialises)."""
     if n not in WGMMA_N:
         raise ValueError(f"wgmma: n must be one of {WGMMA_N}, got {n}")
+    if MLIR and n not in MLIR_WGMMA_N:
+        raise NotImplementedError(
+            f"wgmma m64n{n}k16 under numba-cuda-mlir: its inline_ptx call has more than 30 arguments, which CPython "
+            f"passes as one tuple (CALL_FUNCTION_EX) and numba-cuda-mlir 0.6 then cannot type (the constraint strings "
+            f"are no longer literals); n in {MLIR_WGMMA_N} only")
     return (_WGMMA if sync else _WGMMA_ASYNC)[(n, bool(bf16))]
 
 
