@@ -20,7 +20,7 @@ type(Y), Y.shape)``; a later call with that key does one dict lookup and then on
   pre-built 2-D views (``(M, K)`` and ``(M, N)``) and call ``entry.run(a, y, stream)`` instead.
 
 The second time a record sees the same pair of A and Y pointers it captures that call's launches once
-into a ``CallGraph`` (``launch/graph_exec.py``: recorded on a private stream, instantiated) and from then on
+into a ``CallGraph`` (``graphs.py``: recorded on a private stream, instantiated) and from then on
 launches the pair with one ``cuGraphLaunch``, which costs less host time than one ``cuLaunchKernel``. A record
 keeps ``GRAPHS_PER_RECORD`` pairs (a decode loop reuses a few buffers; the oldest is dropped). A graph bakes
 in the addresses only, so memory freed and reallocated at the same address with the recorded layout is
@@ -52,7 +52,7 @@ import numpy as np
 from . import arrays
 from .arrays import DevArray, _FAST, _mk, _adapt_cupy, _adapt_numba, _adapt_torch, _torch_current_stream, stream_handle
 from .launch import is_capturing
-from .launch.graph_exec import CallGraph
+from .graphs import CallGraph
 
 
 def _prepare_capture(stream: int) -> None:

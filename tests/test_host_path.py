@@ -812,7 +812,7 @@ class _GraphDriver:
 
 
 def _graph_exec_with(monkeypatch, drv):
-    from numba_nbits.launch import graph_exec
+    from numba_nbits import graphs as graph_exec
 
     monkeypatch.setattr(graph_exec, "_drv", lambda: drv)
     monkeypatch.setattr(graph_exec, "simulated", lambda: False)
@@ -859,7 +859,7 @@ def test_call_graph_ends_the_capture_when_fn_raises_and_reports_driver_errors(mo
 
 
 def test_call_graph_refuses_the_simulator():
-    from numba_nbits.launch import graph_exec
+    from numba_nbits import graphs as graph_exec
 
     if not SIMULATED:
         pytest.skip("simulator behaviour")
