@@ -148,6 +148,38 @@ def warp_exchange(value):
     return [slots[i] for i in range(32)]
 
 
+def warpgroup_exchange(value):
+    """Gather ``value`` from the 128 threads of the calling thread's warpgroup (threads ``128 i ..
+    128 i + 127`` of its block), for the twins of warpgroup instructions (``wgmma``); every one of them
+    must call it. Returns a list indexed by the thread's position in the warpgroup."""
+    from numba.cuda.simulator import kernel as simkernel
+
+    mod = simkernel._get_kernel_context()
+    if mod is None:
+        raise RuntimeError("warpgroup_exchange called outside a simulated kernel")
+    bd = mod.blockDim
+    if (bd.x * bd.y * bd.z) % 128:
+        raise RuntimeError(f"a warpgroup instruction needs whole warpgroups of 128 threads; the block has "
+                           f"{bd.x * bd.y * bd.z}")
+    t = threading.current_thread()
+    group, pos = divmod(t.thread_id, 128)
+    st = mod.__dict__.get("_nbits_warpgroups")
+    if st is None:
+        with _LOCK:
+            st = mod.__dict__.setdefault("_nbits_warpgroups", ({}, threading.Lock()))
+    table, lock = st
+    with lock:
+        ws = table.get((tuple(t.blockIdx), group))
+        if ws is None:
+            ws = table[(tuple(t.blockIdx), group)] = _WarpSync(128)
+    gen = t.__dict__.get("_nbits_wg_gen", 0)
+    t._nbits_wg_gen = gen + 1
+    slots = ws.slots[gen & 1]
+    slots[pos] = value
+    ws.barrier.wait()
+    return [slots[i] for i in range(128)]  # the next exchange writes the other table (as _exchange)
+
+
 def _reject_negative(idx):
     """NumPy wraps a negative index to the array's end; on a GPU it is an out-of-bounds access."""
     for k in (idx if isinstance(idx, tuple) else (idx,)):
