@@ -134,6 +134,7 @@ _EXPECTED = {
     "st_v2": ((np.uint32, np.uint32), "st.global.v2.b32"),
     "ldcg": ((np.uint32, np.uint32), "ld.global.cg"),
     "prefetch_l2": ((np.uint32, np.uint32), "prefetch.global.L2"),
+    "threadfence": ((np.uint32, np.uint32), "membar.gl"),
     "pack_f16x2": ((np.uint32, np.float32), "cvt.rn.f16x2.f32"),
     "pack_bf16x2": ((np.uint32, np.float32), "cvt.rn.bf16x2.f32"),
     "fma_f16x2": ((np.uint32, np.uint32), "fma.rn.f16x2"),
@@ -167,6 +168,10 @@ def _test_kernel(name, I):  # noqa: N803 - I: the intrinsics module
     elif name == "prefetch_l2":
         def k(o, x):
             f(x, cuda.threadIdx.x)
+    elif name == "threadfence":
+        def k(o, x):
+            o[0] = x[0]
+            f()
     elif name in ("pack_f16x2", "pack_bf16x2"):
         def k(o, x):
             o[0] = f(x[0], x[1])

@@ -521,6 +521,26 @@ else:  # pragma: no cover - compiled on a GPU only
     from numba.cuda import ldcg  # noqa: F401  (overloaded for the CUDA target)
 
 
+# -------------------------------------------------------------------------------- memory fence
+# ``threadfence()``: a device-wide memory fence (``membar.gl``: numba-cuda's ``cuda.threadfence``), between a
+# CTA's split-K partial stores and its arrival on the tile's counter, and before the last CTA reads the other
+# CTAs' slices (kernels/gemv/mma_source.py, kernels/mixed_gemm/source.py). numba-cuda-mlir 0.6 has no
+# lowering for ``cuda.threadfence``, so it is an intrinsic here with an inline_ptx form there. The simulator's
+# threads share one memory, which every read sees at once: its twin does nothing.
+
+
+def _threadfence_py():
+    return None
+
+
+TWINS["threadfence"] = _threadfence_py
+
+if SIMULATED:
+    threadfence = _threadfence_py
+else:  # pragma: no cover - compiled on a GPU only
+    from numba.cuda import threadfence  # noqa: F401  (the CUDA target's stub)
+
+
 # --------------------------------------------------------------------------------- L2 prefetch
 # ``prefetch_l2(arr, i)``: ``prefetch.global.L2 [&arr[4 * i]]`` -- asks L2 to fetch the cache line of
 # the i-th 16-byte group of a 1-D uint32 array (no register result, no wait; the 8-bit M = 1 GEMV's

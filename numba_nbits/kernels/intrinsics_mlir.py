@@ -129,3 +129,8 @@ mma_f16 = _mma("f16")
 mma_bf16 = _mma("bf16")
 
 ldcg = cuda.ldcg
+
+
+@_device
+def threadfence():
+    cuda.experimental.inline_ptx("membar.gl;")

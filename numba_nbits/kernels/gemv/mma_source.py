@@ -342,7 +342,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     if ksplit > 1:
         # last CTA of the group to arrive sums the ksplit slices in a fixed order (deterministic) and stores;
         # it resets the group's counter for the next launch (stream order makes that safe)
-        e(1, "cuda.threadfence()")
+        e(1, "threadfence()")
         e(1, "cuda.syncthreads()")
         e(1, "flag = cuda.shared.array(1, np.int32)")
         e(1, "if cuda.threadIdx.x == 0:")
@@ -350,7 +350,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
         e(1, "cuda.syncthreads()")
         e(1, "if flag[0] == 1:")
-        e(2, "cuda.threadfence()")
+        e(2, "threadfence()")
 
         def final(ind):
             emit_position(e, ind, m_tiles)

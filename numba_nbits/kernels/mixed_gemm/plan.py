@@ -35,7 +35,7 @@ def mixed_gemm_kernel(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, a
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ld": LOADS[act], "st_": STORES[act],
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
-        "pack2": _I.pack_bf16x2, "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg,
+        "pack2": _I.pack_bf16x2, "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "threadfence": _I.threadfence,
     }
     name = f"mixed_gemm_w{bits}_{act}_{tac.name}_b{BS}_{ZP}{'_bias' if HAS_BIAS else ''}_sm{arch}"
     fn = load_source(name, src, ns)["mixed_gemm"]

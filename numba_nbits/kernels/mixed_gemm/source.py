@@ -314,7 +314,7 @@ def gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: in
         e(1, "zoff = np.int64(cuda.blockIdx.z) * M * N")
         for acc, m_expr, n_expr, ind in fragment(1):
             e(ind, f"ws[zoff + ({m_expr}) * N + {n_expr}] = {acc}")
-        e(1, "cuda.threadfence()")
+        e(1, "threadfence()")
         e(1, "cuda.syncthreads()")
         e(1, "arrived = cuda.shared.array(1, np.int32)")
         e(1, "tile_id = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x")
@@ -323,7 +323,7 @@ def gen_source(act: str, tac: Tactic, BS: int, ZP: str, HAS_BIAS: bool, arch: in
         e(1, "cuda.syncthreads()")
         e(1, "if arrived[0] != cuda.gridDim.z - 1:")
         e(2, "return")
-        e(1, "cuda.threadfence()")
+        e(1, "threadfence()")
         for i in range(TPW):
             for mt in range(MTW):
                 for r in range(4):
