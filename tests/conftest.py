@@ -128,6 +128,12 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+def pythonpath_with(root) -> str:
+    """``PYTHONPATH`` for a child process: ``root`` first, then the parent's entries (where packages installed
+    with ``pip --target`` live, e.g. a numba-cuda-mlir or numpy the parent imports)."""
+    return os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def to_dev(x):
     """numba device copy of a host array; bf16 goes through uint16 bits (numba cannot copy ml_dtypes
     bfloat16 host arrays on a real GPU: its host_pointer rejects them)."""

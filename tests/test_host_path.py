@@ -16,7 +16,7 @@ import pytest
 from conftest import SIMULATED, requires_gpu, to_dev
 
 import numba_nbits as nb
-from numba_nbits import arrays, launch
+from numba_nbits import arrays, backend, launch
 from numba_nbits.arrays import DevArray, _mk, adapt_input
 from numba_nbits.launch import driver as launch_driver
 from numba_nbits.launch import kernel as launch_kernel
@@ -240,6 +240,30 @@ class _FakeDriver:
         return (self.answers.pop(0) if self.answers else 0,)
 
 
+def _params(ptr, shape, strides, itemsize):
+    """One array argument's parameter slots as the selected compiler lays them out (``backend.array_params``:
+    under numba-cuda meminfo, parent, nitems, itemsize, data, shape, strides)."""
+    return list(backend.array_params(ptr, shape, strides, itemsize))
+
+
+def _head(pa, pb):
+    """The first 12 slots the fake kernel's launch passes: argument 0 (1-D float16 at ``pa``), then the head of
+    argument 1 (2-D uint32 at ``pb``)."""
+    return (_params(pa, (8,), (2,), 2) + _params(pb, (2, 4), (16, 4), 4))[:12]
+
+
+PTR = backend.array_ptr_slot()  # argument 0's data-pointer slot
+# numba-cuda-mlir passes an array as a memref descriptor whose first slot, the allocated pointer, kernels never
+# read; the lean paths (set_array_ptr on an unchanged layout, pointer_launcher) write only the data pointer
+ALLOC = (0,) if backend.compiler() == "mlir" else ()
+
+
+def _read(vals, *starts):
+    """``vals`` less the never-read allocated-pointer slot of the arrays whose slots begin at ``starts``."""
+    skip = {st + a for st in starts for a in ALLOC}
+    return [v for i, v in enumerate(vals) if i not in skip]
+
+
 def _fake_launch(monkeypatch):
     """A ``Launch`` built as on a GPU, launching through a ``_FakeDriver`` (returned with it)."""
     from numba.cuda import types
@@ -260,20 +284,21 @@ def test_launch_rewrites_only_the_pointer_and_launches_once(monkeypatch):
     L.launch(0)
     args, vals = calls[-1]
     assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] == 0 and args[10] == 0
-    assert vals == [0, 0, 8, 2, 0x100, 8, 2, 0, 0, 8, 4, 0x200]  # first 12 slots: array 0, then array 1's head
+    assert vals == _head(0x100, 0x200)  # first 12 slots: array 0, then array 1's head
     L.set_array(0, DevArray(0x140, (8,), (2,), np.float16, None))
     L.launch(0x77)
     args, vals = calls[-1]
-    assert args[8] == 0x77 and vals[4] == 0x140
+    assert args[8] == 0x77 and vals[PTR] == 0x140
     L.set_array(0, DevArray(0x180, (4,), (2,), np.float16, None))  # a new shape: the whole slot range
     L.launch(0)
-    assert calls[-1][1][2:6] == [4, 2, 0x180, 4]
+    new = _params(0x180, (4,), (2,), 2)
+    assert calls[-1][1][:len(new)] == new
     with pytest.raises(ValueError, match="needs a 1-D array"):
         L.set_array(0, DevArray(0x180, (2, 2), (4, 2), np.float16, None))
     with pytest.raises(ValueError, match="needs float16 elements"):
         L.set_array(0, DevArray(0x180, (4,), (4,), np.float32, None))
     # the template is never written after construction
-    assert int(L._template.vals[4]) == 0x100
+    assert int(L._template.vals[PTR]) == 0x100
 
 
 def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
@@ -282,19 +307,19 @@ def test_set_array_ptr_equals_set_array_of_the_view(monkeypatch):
     like = DevArray(0, (4,), (2,), np.float16, None)
     L.set_array_ptr(0, 0x300, like)  # new layout in this thread: all the argument's slots
     L.launch(0)
-    first = calls[-1][1][:7]
-    assert first == [0, 0, 4, 2, 0x300, 4, 2]
+    n = backend.array_slots(1)
+    assert calls[-1][1][:n] == _params(0x300, (4,), (2,), 2)
     L.set_array_ptr(0, 0x340, like)  # same layout: the pointer only
     L.launch(0)
-    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x340, 4, 2]
+    assert _read(calls[-1][1][:n], 0) == _read(_params(0x340, (4,), (2,), 2), 0)
     L.set_array(0, DevArray(0x380, (4,), (2,), np.float16, None))
     L.launch(0)
-    assert calls[-1][1][:7] == [0, 0, 4, 2, 0x380, 4, 2]
+    assert _read(calls[-1][1][:n], 0) == _read(_params(0x380, (4,), (2,), 2), 0)
     got = []
     t = threading.Thread(target=lambda: (L.set_array_ptr(0, 0x3C0, like), L.launch(0), got.append(1)))
     t.start()
     t.join()
-    assert got and calls[-1][1][:7] == [0, 0, 4, 2, 0x3C0, 4, 2]  # a fresh thread starts from the template
+    assert got and _read(calls[-1][1][:n], 0) == _read(_params(0x3C0, (4,), (2,), 2), 0)  # a fresh thread starts from the template
 
 
 def test_launch_threads_have_their_own_buffers(monkeypatch):
@@ -317,9 +342,9 @@ def test_launch_threads_have_their_own_buffers(monkeypatch):
     for t in ts:
         t.join()
     assert len(set(seen.values()) | {L._bufs().addr}) == 5
-    assert sorted(c[1][4] for c in calls) == [0x1000, 0x2000, 0x3000, 0x4000]
+    assert sorted(c[1][PTR] for c in calls) == [0x1000, 0x2000, 0x3000, 0x4000]
     L.launch(0)
-    assert calls[-1][1][4] == 0x111  # this thread's pointer survived the others
+    assert calls[-1][1][PTR] == 0x111  # this thread's pointer survived the others
 
 
 def test_launch_error_is_reported(monkeypatch):
@@ -341,15 +366,17 @@ def test_pointer_launcher_writes_its_own_buffer_and_launches_once(monkeypatch):
     go(0x500, 0x600, 0x33)
     args, vals = calls[-1]
     assert args[:8] == (0xF00, 3, 2, 1, 64, 1, 1, 0) and args[8] == 0x33 and args[10] == 0
-    assert vals == [0, 0, 4, 2, 0x500, 4, 2, 0, 0, 8, 4, 0x600]
+    b0 = backend.array_slots(1)
+    assert _read(vals, 0, b0) == _read((_params(0x500, (4,), (2,), 2) + _params(0x600, (2, 4), (16, 4), 4))[:12], 0, b0)
     assert args[9] not in (L._template.addr, L._bufs().addr)
+    b_ptr = backend.array_slots(1) + PTR  # argument 1's data-pointer slot
     go(0x510, 0x610, 0)
-    assert calls[-1][1][4] == 0x510 and calls[-1][1][11] == 0x610 and len(calls) == 2
+    assert calls[-1][1][PTR] == 0x510 and calls[-1][1][b_ptr] == 0x610 and len(calls) == 2
     go1 = L.pointer_launcher(((0, like_a),))
     go1(0x700, 0)
-    assert calls[-1][1][4] == 0x700 and calls[-1][1][11] == 0x200  # argument 1 as the template has it
+    assert calls[-1][1][PTR] == 0x700 and calls[-1][1][b_ptr] == 0x200  # argument 1 as the template has it
     L.launch(0)
-    assert calls[-1][1][4] == 0x100  # the Launch's own buffer was not touched
+    assert calls[-1][1][PTR] == 0x100  # the Launch's own buffer was not touched
     with pytest.raises(ValueError, match="needs a 1-D array"):
         L.pointer_launcher(((0, like_b),))
     drv.answers = [1]
@@ -365,7 +392,7 @@ def test_pointer_launcher_retries_once_without_a_context(monkeypatch):
     made = []
     monkeypatch.setattr(launch_kernel, "_make_context_current", lambda: made.append(1))
     go(0x900, 0)
-    assert made == [1] and drv.answers == [] and len(drv.calls) == 2 and drv.calls[-1][1][4] == 0x900
+    assert made == [1] and drv.answers == [] and len(drv.calls) == 2 and drv.calls[-1][1][PTR] == 0x900
 
 
 def test_pointer_launcher_is_gpu_only():
@@ -476,8 +503,24 @@ def test_bench_host_tiny(tmp_path, monkeypatch):
     assert {("1", "op(A, out=O)"), ("1", "op(A)"), ("4", "op(A, out=O)")} <= whats
     assert {r["route"] for r in rows if r["M"] == "4"} == {"dequant_cublas"}
     assert all(float(r["host_us"]) > 0 for r in rows)
+    assert all("eager_gpu_us" in r for r in rows)
     routed = {r["route"] for r in rows if "[" in r["what"]}
     assert routed == {"gemv_w4", "gemv_w8", "gemv_w2"}  # the tiny per-route rows (bias on the 4-bit one)
+
+
+def test_bench_host_flags_only_host_times_near_the_gpu_time():
+    """A host time is flagged GPU-bound only within 20% of the GPU time per call either way: a host slower than
+    the GPU never waits for it, and a faster one cannot fill the launch queue in a 200-call batch."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_host.py"
+    spec = importlib.util.spec_from_file_location("bench_host", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert [mod.gpu_bound(h, 10.0) for h in (3.4, 8.2, 8.4, 10.0, 11.9, 12.1, 30.0)] == [
+        False, False, True, True, True, False, False]
+    assert mod.gpu_bound(5.0, None) is False
 
 
 def test_bench_host_covers_every_route():

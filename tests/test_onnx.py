@@ -18,6 +18,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from conftest import pythonpath_with  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from numba_nbits import TOLERANCES, matmul_nbits_ref, quantize, relative_error  # noqa: E402
@@ -98,7 +99,7 @@ def _one_node(B, scales, zp=None, bias=None, *, K, N, bits, block_size, name="mn
 def test_import_is_lazy():
     code = "import sys, numba_nbits.onnx; print('onnx' in sys.modules, 'numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True).stdout.split()
+                         env={**os.environ, "PYTHONPATH": pythonpath_with(os.getcwd())}, check=True).stdout.split()
     assert out == ["False", "False"]
 
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SIMULATED
+from conftest import SIMULATED, pythonpath_with
 
 import numba_nbits as nb
 from numba_nbits import precompile as pc
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=pythonpath_with(ROOT))
     return subprocess.run([sys.executable, "-m", "numba_nbits.precompile", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=ROOT)
 
@@ -214,7 +214,7 @@ def test_cli_bad_arguments_exit_2_with_one_line(args, text, capsys):
 
 
 def test_cli_without_gpu_and_simulator_off_exits_2():
-    env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", NUMBA_ENABLE_CUDASIM="0")
+    env = dict(os.environ, PYTHONPATH=pythonpath_with(ROOT), CUDA_VISIBLE_DEVICES="", NUMBA_ENABLE_CUDASIM="0")
     r = subprocess.run([sys.executable, "-m", "numba_nbits.precompile", "--shapes", "64x128", "--M", "1"],
                        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     lines = r.stderr.strip().splitlines()

@@ -20,7 +20,7 @@ from torch import nn  # noqa: E402
 from numba_nbits import TOLERANCES, matmul_nbits_ref, quantize, relative_error  # noqa: E402
 from numba_nbits.schema import MatMulNBitsError  # noqa: E402
 from numba_nbits.torch import QuantLinear, quantize_model_  # noqa: E402
-from tests.conftest import requires_gpu  # noqa: E402
+from tests.conftest import pythonpath_with, requires_gpu  # noqa: E402
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with CUDA")
 
@@ -42,7 +42,7 @@ def _np(t):
 def test_numba_nbits_does_not_import_torch():
     code = "import sys, numba_nbits; numba_nbits.MatMulNBits; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True).stdout.strip()
+                         env={**os.environ, "PYTHONPATH": pythonpath_with(os.getcwd())}, check=True).stdout.strip()
     assert out == "False"
 
 
