@@ -525,7 +525,8 @@ else:  # pragma: no cover - compiled on a GPU only
 # ``threadfence()``: a device-wide memory fence (``membar.gl``: numba-cuda's ``cuda.threadfence``), between a
 # CTA's split-K partial stores and its arrival on the tile's counter, and before the last CTA reads the other
 # CTAs' slices (kernels/gemv/mma_source.py, kernels/mixed_gemm/source.py). numba-cuda-mlir 0.6 has no
-# lowering for ``cuda.threadfence``, so it is an intrinsic here with an inline_ptx form there. The simulator's
+# lowering for ``cuda.threadfence``, so it is an intrinsic (numba-cuda's lowering of ``cuda.threadfence``, which
+# numba-cuda cannot call as a plain global) with an inline_ptx form there. The simulator's
 # threads share one memory, which every read sees at once: its twin does nothing.
 
 
@@ -538,7 +539,17 @@ TWINS["threadfence"] = _threadfence_py
 if SIMULATED:
     threadfence = _threadfence_py
 else:  # pragma: no cover - compiled on a GPU only
-    from numba.cuda import threadfence  # noqa: F401  (the CUDA target's stub)
+    from numba.cuda import cgutils as _cgutils
+
+    def _threadfence(typingctx):
+        def codegen(context, builder, sig, args):  # numba-cuda's own lowering of cuda.threadfence()
+            fnty = ir.FunctionType(ir.VoidType(), ())
+            builder.call(_cgutils.get_or_insert_function(builder.module, fnty, "llvm.nvvm.membar.gl"), ())
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    threadfence = intrinsic(_threadfence)
 
 
 # --------------------------------------------------------------------------------- L2 prefetch
