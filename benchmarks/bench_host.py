@@ -33,7 +33,10 @@ at most a few hundred calls, too few for these sub-10-us figures, so the batches
 Each route's ``gpu_us`` is the GPU time per node of a CUDA graph of ``op(A, out=O, stream=s)`` calls
 and ``eager_gpu_us`` the GPU time per eager ``op(A, out=O, stream=s)`` call (back-to-back calls
 between CUDA events, as the steady-state path issues them), both from
-``numba_nbits.perf.harness.measure``. A host time is the host's own cost unless the GPU held the host
+``numba_nbits.perf.harness.measure`` with batches and graphs of at least 2 ms of GPU work (``GPU_BATCH_US``;
+hundreds of calls), so the cost of launching a graph or recording an event, spread over its calls, adds
+little; with the harness's default 40 us a graph of a 7 us call has 6 nodes, and the number of nodes follows
+the one-call estimate it is sized from. A host time is the host's own cost unless the GPU held the host
 back: a host slower than the GPU never waits for it, and a faster one waits only once the launch
 queue is full, which a batch of 200 calls (the default) cannot fill (it leaves at most 200 launches
 pending). Only a row whose host time is within 20% of the GPU time per call either way is flagged
@@ -61,6 +64,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.common import batch_times_us, write_out_csv  # noqa: E402
 
+GPU_BATCH_US = 2000.0  # GPU time one timed batch or graph covers (harness.Budget.min_batch_us; its default is 40)
 FIELDS = ["route", "shape", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "eager_gpu_us", "note"]
 
 
@@ -92,8 +96,8 @@ def _gpu_us_per_call(op, A, O, sim: bool) -> tuple[float | None, float | None]:
     from numba_nbits.perf import harness
 
     backend = harness.make_backend()
-    try:
-        r = harness.measure(backend, _Subject(op, A, O), host=False)
+    try:  # batches and graphs of >= GPU_BATCH_US of work: a graph's own launch cost spread over many nodes
+        r = harness.measure(backend, _Subject(op, A, O), harness.Budget(min_batch_us=GPU_BATCH_US), host=False)
     finally:
         backend.close()
     us = r["us_graph"]
