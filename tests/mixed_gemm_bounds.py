@@ -90,7 +90,8 @@ def check(M, N, K, bs, bits, tac, arch, zp="packed", bias=True, act="float16"):
           "ld": lambda a, i: np.float32(a[i]), "st_": lambda a, i, v: a.__setitem__(i, v),
           "mma": lambda a0, a1, a2, a3, b0, b1, c0, c1, c2, c3: (c0, c1, c2, c3),
           "fma2": lambda a, b, c: np.uint32(0), "pack2": lambda a, b: np.uint32(0),
-          "u32_as_f32": lambda x: np.float32(0), "ldcg": lambda a, i: np.float32(a[i])}
+          "u32_as_f32": lambda x: np.float32(0), "ldcg": lambda a, i: np.float32(a[i]),
+          "threadfence": lambda: None}
     exec(compile(gen_source(act, tac, bs, zp, bias, arch, bits), "<mixed_gemm>", "exec"), ns)
     fn = ns["mixed_gemm"]
     split = tac.splitk != 1
