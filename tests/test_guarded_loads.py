@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import pythonpath_with
 from numba import cuda
 
 from numba_nbits.kernels import intrinsics as K
@@ -144,8 +145,7 @@ print(json.dumps({"ir_calls": ir_calls, "loads": len(loads), "loops": len(loops)
 def test_ldg_v4_is_not_speculated():
     """Every source ``ldg_v4`` of the probe sits inside the loop behind a stage guard, so a load in
     the PTX outside the loop was speculated past its guard (what faulted on the H200)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(ROOT))
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -205,8 +205,7 @@ def test_mixed_gemm_loads_stay_behind_their_guards():
     """Before its k-stage loop (the first barrier) the kernel may issue only the loads its prologue
     source has: the 8-bit arch-80 kernels had two more, the half-chunk loads hoisted out of the loop
     unguarded (one per weight tile; past the end of B for the last tile when K % 64 == 0)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(ROOT))
     r = subprocess.run([sys.executable, "-c", _GEMM_PROBE, json.dumps(GEMM_CONFIGS)], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

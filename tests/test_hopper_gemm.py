@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SIMULATED
+from conftest import SIMULATED, pythonpath_with
 
 from numba_nbits.arrays import to_device, to_host
 from numba_nbits.formats import quantize
@@ -102,8 +102,7 @@ for act, mt, bs in (("float16", 64, 128), ("bfloat16", 8, 32)):
 print(json.dumps(out))
 '''
     # numba-cuda's compile_ptx: the child compiles with numba-cuda whatever backend this process uses
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba", PYTHONPATH=os.pathsep.join(
-        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba", PYTHONPATH=pythonpath_with(root))
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])

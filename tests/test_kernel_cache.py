@@ -13,6 +13,7 @@ import pytest
 from conftest import SIMULATED, pythonpath_with, requires_gpu, to_dev, to_host
 from test_imports import import_graph, reachable
 
+from numba_nbits import backend
 from numba_nbits import config as C
 from numba_nbits import launch
 from numba_nbits.kernels import bias as bias_mod_global
@@ -309,7 +310,7 @@ class _CountingKernel(launch.Kernel):
         return self._disp
 
 
-@pytest.mark.skipif(__import__("numba_nbits.backend").backend.compiler() == "mlir",
+@pytest.mark.skipif(backend.compiler() == "mlir",
                     reason="fakes numba-cuda's dispatcher; numba-cuda-mlir's compile, store and load path is "
                            "tests/test_backend.py::test_launcher_compiles_caches_loads_and_packs_for_numba_cuda_mlir")
 def test_ensure_compiles_stores_then_loads_and_falls_back_on_a_bad_cubin(tmp_path, monkeypatch):

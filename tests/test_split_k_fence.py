@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import pythonpath_with
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +46,7 @@ print(json.dumps(out))
 
 def test_split_k_kernels_compile_and_fence():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba",
-               PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+               PYTHONPATH=pythonpath_with(ROOT))
     r = subprocess.run([sys.executable, "-c", _PROG], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])

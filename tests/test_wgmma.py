@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SIMULATED
+from conftest import SIMULATED, pythonpath_with
 
 from numba_nbits.arrays import to_device, to_host
 from numba_nbits.kernels import intrinsics_sm90 as W
@@ -202,8 +202,7 @@ def test_wgmma_kernels_assemble_for_sm90a():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join(
-        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(root))
     r = subprocess.run([sys.executable, "-c", _ASSEMBLE, str(root)], capture_output=True, text=True, env=env,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
