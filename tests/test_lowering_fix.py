@@ -22,6 +22,10 @@ try:
     import numba.cuda.dispatcher as dispatcher
 except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
     print(f"SKIP numba-cuda does not import here: {type(e).__name__}: {e}"); sys.exit(0)
+from numba_nbits.backend import numba_can_compile
+if not numba_can_compile():
+    import numpy
+    print(f"SKIP numba-cuda does not compile with numpy {numpy.__version__} here"); sys.exit(0)
 from numba import cuda
 if not cuda.is_available():
     class _Device:

@@ -28,6 +28,10 @@ try:
     from numba.cuda import types
 except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
     print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
+from numba_nbits.backend import numba_can_compile
+if not numba_can_compile():  # numba-cuda 0.30 imports but cannot compile with numpy >= 2.5
+    import numpy
+    print(json.dumps({"skip": f"numpy {numpy.__version__}"})); sys.exit(0)
 from numba_nbits.kernels.gemv import mma, tactics
 from numba_nbits.kernels.mixed_gemm import plan, tactics as mt
 out = {}
