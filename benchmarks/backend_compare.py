@@ -1,6 +1,6 @@
 """numba-cuda against numba-cuda-mlir, side by side in one run (``NUMBA_NBITS_BACKEND``, see ``backend.py``).
 
-    python -m benchmarks.backend_compare [--budget-s 240] [--backends numba,mlir]
+    python -m benchmarks.backend_compare [--budget-s 240] [--backends numba,mlir] [--path NAME=DIR[:DIR...]]
 
 The backend is read once per process, so each backend runs in a worker process of its own
 (``--worker NAME``) with ``NUMBA_NBITS_BACKEND=NAME`` and an empty compiled-kernel cache directory (every
@@ -14,6 +14,10 @@ kernel is compiled, none loaded). A worker
   while it compiles: source to loaded cubin);
 * times the launcher alone: host time per ``Launch.launch`` of one bias-add kernel (``--launches``
   back-to-back launches, median of 5 batches, the GPU synchronised outside the timed loop).
+
+``--path NAME=DIRS`` puts ``DIRS`` in front of ``PYTHONPATH`` for backend NAME's worker alone, so each backend
+can run with the packages it needs in one run (numba-cuda 0.30 compiles only with numpy < 2.5, numba-cuda-mlir
+runs with numpy 2.5: ``--path numba=/tmp/np24``).
 
 The parent joins the workers' rows and writes under ``$OUT`` (else ``benchmarks/results/<date>-backend-
 compare/``): ``routes.csv`` (one row per case and route: ``us``, ``host_us``, ``correct`` of each backend
@@ -150,11 +154,25 @@ def compare(out: Path, names: list[str]) -> None:
               f"{statistics.median(ratios):.4f}, worst {max(ratios):.4f} (bar: <= 1.02)")
 
 
+def parse_paths(items: list[str], names: list[str]) -> dict[str, str]:
+    """``--path NAME=DIRS`` values as {backend: DIRS}; NAME must be one of ``names``."""
+    out = {}
+    for item in items:
+        name, sep, dirs = item.partition("=")
+        name = name.strip()
+        if not sep or name not in names or not dirs:
+            raise SystemExit(f"--path takes NAME=DIRS with NAME one of {', '.join(names)}; got {item!r}")
+        out[name] = dirs
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", default="numba,mlir")
     p.add_argument("--budget-s", type=float, default=240.0, help="per backend: the quick perf run's budget")
     p.add_argument("--launches", type=int, default=20000)
+    p.add_argument("--path", action="append", default=[], metavar="NAME=DIRS",
+                   help="extra PYTHONPATH entries (os.pathsep-separated) for backend NAME's worker only")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -164,10 +182,13 @@ def main(argv=None) -> int:
                f"{datetime.date.today().isoformat()}-backend-compare")
     out.mkdir(parents=True, exist_ok=True)
     names = [n.strip() for n in a.backends.split(",") if n.strip()]
+    paths = parse_paths(a.path, names)
     for n in names:
         with tempfile.TemporaryDirectory(prefix=f"kc-{n}-") as kc:
             env = dict(os.environ, NUMBA_NBITS_BACKEND=n, NUMBA_NBITS_KERNEL_CACHE="1",
                        NUMBA_NBITS_KERNEL_CACHE_DIR=kc, NUMBA_ENABLE_CUDASIM="0")
+            if n in paths:
+                env["PYTHONPATH"] = os.pathsep.join(x for x in (paths[n], os.environ.get("PYTHONPATH", "")) if x)
             cmd = [sys.executable, "-m", "benchmarks.backend_compare", "--worker", n, "--out", str(out),
                    "--budget-s", str(a.budget_s), "--launches", str(a.launches)]
             t = time.time()
