@@ -6,10 +6,13 @@ PTX both need comes from ``kernels/intrinsics.py``, which emits it through llvml
 through ``cuda.experimental.inline_ptx`` on numba-cuda-mlir.
 
 * ``NAME``: the backend of this process, read once from ``NUMBA_NBITS_BACKEND`` when this module is first
-  imported (empty or unset: ``DEFAULT``). Any other value is an error that names the variable and the
-  choices. The default stays ``numba`` (numba-cuda) until the H200 measurements of
-  ``benchmarks/backend_compare.py`` choose. Importing this module does no device work and imports
-  neither compiler.
+  imported (empty or unset: ``default_backend()``). Any other value is an error that names the variable and
+  the choices. The default is numba-cuda wherever it can compile (numpy < 2.5): measured side by side, its
+  kernels were as fast or faster on every route for the same compile time
+  (``benchmarks/results/2026-12-02-h200-backend/``). Under numpy >= 2.5, where numba-cuda 0.30 cannot compile,
+  the default is numba-cuda-mlir when it is installed (the ``cu12`` / ``cu13`` extras pull it), so
+  upgrading numpy keeps a working GPU install. Importing this module does no device work and imports
+  neither compiler (``importlib.util.find_spec`` only looks numba-cuda-mlir up).
 * The CUDA simulator exists only in numba-cuda, so under ``NUMBA_ENABLE_CUDASIM=1`` kernels always run
   on numba-cuda's simulator whatever ``NAME`` says: ``compiler()`` is then ``"numba"``.
 * ``cuda()`` / ``types()``: the selected compiler's ``cuda`` module and its types module (numba-cuda's
@@ -53,16 +56,41 @@ from . import lowering_fix
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
-DEFAULT = "numba"
+#: the first numpy release numba-cuda 0.30 cannot compile kernels with
+NUMBA_NUMPY_LIMIT = (2, 5)
 SM90A_CHIP = "sm_90a"
 _PACKAGES = {"numba": "numba-cuda", "mlir": "numba-cuda-mlir"}
 
 
+def numba_can_compile(numpy_version: str | None = None) -> bool:
+    """Whether numba-cuda 0.30 compiles GPU kernels under this numpy (``numpy_version``, else the installed
+    one): only below ``NUMBA_NUMPY_LIMIT``."""
+    import numpy as np
+
+    text = numpy_version or np.__version__
+    v = tuple(int(x) for x in text.split(".")[:2] if x.isdigit())
+    return v < NUMBA_NUMPY_LIMIT
+
+
+def default_backend(numpy_version: str | None = None, have_mlir: bool | None = None) -> str:
+    """The backend an unset ``NUMBA_NBITS_BACKEND`` selects: ``numba`` where numba-cuda can compile (its kernels
+    are as fast or faster, see the module docstring), else ``mlir`` when numba-cuda-mlir is installed
+    (``have_mlir``: whether it is; looked up without importing it), else ``numba`` (whose first compile then
+    says what to install)."""
+    if numba_can_compile(numpy_version):
+        return "numba"
+    if have_mlir is None:
+        from importlib.util import find_spec
+
+        have_mlir = find_spec("numba_cuda_mlir") is not None
+    return "mlir" if have_mlir else "numba"
+
+
 def parse_backend(text: str | None) -> str:
-    """The backend named by ``text`` (the value of ``NUMBA_NBITS_BACKEND``); empty or None: ``DEFAULT``."""
+    """The backend named by ``text`` (the value of ``NUMBA_NBITS_BACKEND``); empty or None: ``default_backend()``."""
     value = (text or "").strip().lower()
     if not value:
-        return DEFAULT
+        return default_backend()
     if value not in BACKENDS:
         raise ValueError(f'{ENV_BACKEND} must be one of {", ".join(BACKENDS)}; got "{text}"')
     return value
@@ -237,9 +265,6 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
     return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 
 
-#: the first numpy release numba-cuda 0.30 cannot compile kernels with
-NUMBA_NUMPY_LIMIT = (2, 5)
-
 
 def check_numba_numpy(numpy_version: str | None = None) -> None:
     """Refuse, with what to do, to compile on numba-cuda under a numpy it cannot compile with (numba-cuda
@@ -247,8 +272,7 @@ def check_numba_numpy(numpy_version: str | None = None) -> None:
     import numpy as np
 
     text = numpy_version or np.__version__
-    v = tuple(int(x) for x in text.split(".")[:2] if x.isdigit())
-    if v >= NUMBA_NUMPY_LIMIT:
+    if not numba_can_compile(text):
         raise RuntimeError(
             f"numba-cuda cannot compile GPU kernels with numpy {text} (needs numpy < "
             f"{'.'.join(map(str, NUMBA_NUMPY_LIMIT))}): install numba-cuda-mlir (pip install "

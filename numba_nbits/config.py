@@ -559,7 +559,7 @@ PROCESS_ENV_TABLE: tuple[EnvRow, ...] = (
            "(per process, machine and toolchain; see `launch/cache.py`)", "— (process-wide)"),
     EnvRow(ENV_KERNEL_CACHE_DIR, "env", "`$XDG_CACHE_HOME/numba_nbits/kernels` (else `~/.cache/...`)",
            "path; empty = default", "directory of the compiled-kernel cache", "— (process-wide)"),
-    EnvRow(ENV_BACKEND, "env", "numba (until `benchmarks/backend_compare.py` on the H200 chooses)",
+    EnvRow(ENV_BACKEND, "env", "numba where numba-cuda can compile (numpy < 2.5), else mlir if installed",
            "`numba` or `mlir`, any case; empty = default; else an error", "compiler of the GPU kernels: numba-cuda "
            "or numba-cuda-mlir (`backend.py`; the simulator is numba-cuda's)", "— (process-wide)"),
 )

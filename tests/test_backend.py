@@ -20,9 +20,22 @@ from numba_nbits.launch import kernel as launch_kernel
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def test_default_backend_follows_what_numba_cuda_can_compile():
+    """numba-cuda where it compiles (numpy < 2.5); numba-cuda-mlir under numpy 2.5 when it is installed."""
+    assert backend.numba_can_compile("2.4.6") and backend.numba_can_compile("1.26.4")
+    assert not backend.numba_can_compile("2.5.0") and not backend.numba_can_compile("3.0.1")
+    assert backend.default_backend("2.4.6", have_mlir=True) == "numba"
+    assert backend.default_backend("2.5.2", have_mlir=True) == "mlir"
+    assert backend.default_backend("2.5.2", have_mlir=False) == "numba"
+    with pytest.raises(RuntimeError, match="numba-cuda cannot compile GPU kernels with numpy 2.5.2"):
+        backend.check_numba_numpy("2.5.2")
+    backend.check_numba_numpy("2.4.6")
+
+
 def test_parse_backend_default_choices_and_errors():
-    assert backend.DEFAULT == "numba" and backend.BACKENDS == ("numba", "mlir")
-    assert backend.parse_backend(None) == backend.parse_backend("") == backend.parse_backend("  ") == "numba"
+    assert backend.BACKENDS == ("numba", "mlir")
+    assert backend.parse_backend(None) == backend.parse_backend("") == backend.parse_backend("  ") \
+        == backend.default_backend()
     assert backend.parse_backend("numba") == "numba"
     assert backend.parse_backend(" MLIR ") == "mlir"
     for bad in ("llvm", "numba-cuda", "1"):
@@ -315,6 +328,19 @@ def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
     assert [r["backend"] for r in csv.DictReader(open(tmp_path / "launch.csv"))] == ["numba", "mlir"]
     assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
 
+
+
+def test_backend_compare_paths_per_backend():
+    """``--path NAME=DIRS``: extra PYTHONPATH entries for one backend's worker; a bad item is an error naming it."""
+    import pytest
+
+    from benchmarks import backend_compare as bc
+
+    assert bc.parse_paths(["numba=/a:/b", "mlir=/c"], ["numba", "mlir"]) == {"numba": "/a:/b", "mlir": "/c"}
+    assert bc.parse_paths([], ["numba", "mlir"]) == {}
+    for bad in ("numba", "other=/x", "mlir="):
+        with pytest.raises(SystemExit, match="--path takes NAME=DIRS"):
+            bc.parse_paths([bad], ["numba", "mlir"])
 
 # --------------------------------------------------------- the launcher on numba-cuda-mlir, with a stand-in GPU
 
