@@ -265,7 +265,6 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
     return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 
 
-
 def check_numba_numpy(numpy_version: str | None = None) -> None:
     """Refuse, with what to do, to compile on numba-cuda under a numpy it cannot compile with (numba-cuda
     0.30 fails inside its typing there); numba-cuda-mlir and the simulator are not affected."""

@@ -329,11 +329,8 @@ def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
     assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
 
 
-
 def test_backend_compare_paths_per_backend():
     """``--path NAME=DIRS``: extra PYTHONPATH entries for one backend's worker; a bad item is an error naming it."""
-    import pytest
-
     from benchmarks import backend_compare as bc
 
     assert bc.parse_paths(["numba=/a:/b", "mlir=/c"], ["numba", "mlir"]) == {"numba": "/a:/b", "mlir": "/c"}
@@ -341,6 +338,7 @@ def test_backend_compare_paths_per_backend():
     for bad in ("numba", "other=/x", "mlir="):
         with pytest.raises(SystemExit, match="--path takes NAME=DIRS"):
             bc.parse_paths([bad], ["numba", "mlir"])
+
 
 # --------------------------------------------------------- the launcher on numba-cuda-mlir, with a stand-in GPU
 
