@@ -152,6 +152,9 @@ _EXPECTED = {
     "pack_bf16x2": ((np.uint32, np.float32), "cvt.rn.bf16x2.f32"),
     "fma_f16x2": ((np.uint32, np.uint32), "fma.rn.f16x2"),
     "fma_bf16x2": ((np.uint32, np.uint32), "fma.rn.bf16x2"),
+    "lop3_andor": ((np.uint32, np.uint32), "lop3.b32"),
+    "f16lo_to_f32": ((np.float32, np.uint32), "cvt.f32.f16"),
+    "f16hi_to_f32": ((np.float32, np.uint32), "cvt.f32.f16"),
     "mma_f16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
     "mma_bf16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
 }
@@ -188,7 +191,7 @@ def _test_kernel(name, I):  # noqa: N803 - I: the intrinsics module
     elif name in ("pack_f16x2", "pack_bf16x2"):
         def k(o, x):
             o[0] = f(x[0], x[1])
-    elif name in ("fma_f16x2", "fma_bf16x2"):
+    elif name in ("fma_f16x2", "fma_bf16x2", "lop3_andor"):
         def k(o, x):
             o[0] = f(x[0], x[1], x[2])
     elif name.startswith("mma_"):

@@ -260,3 +260,43 @@ def test_pack_and_fma_helpers(rng):
     hi = (ffbf >> 16).astype(np.uint16).view(bf).astype(np.int64)
     np.testing.assert_array_equal(lo, q[:, 0].astype(np.int64) - zp[:, 0])
     np.testing.assert_array_equal(hi, q[:, 1].astype(np.int64) - zp[:, 1])
+
+
+def _make_decode_helpers_kernel():
+    def decode_helpers(a, b, c, lop, lo, hi):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            lop[i] = K.lop3_andor(a[i], b[i], c[i])
+            lo[i] = K.f16lo_to_f32(a[i])
+            hi[i] = K.f16hi_to_f32(a[i])
+
+    from numba.cuda import types
+
+    u1 = types.Array(types.uint32, 1, "C")
+    f1 = types.Array(types.float32, 1, "C")
+    return Kernel(decode_helpers, (u1, u1, u1, u1, f1, f1), name="decode_helpers")
+
+
+def test_lop3_andor_and_f16_halves_exact(rng):
+    """``lop3_andor`` is ``(a & b) | c`` bit for bit; ``f16lo_to_f32`` / ``f16hi_to_f32`` give each half's
+    fp16 value exactly (subnormals, signed zeros, the largest finite value and infinities included). On a
+    GPU every finite and infinite fp16 pattern is checked in both halves."""
+    if simulated():
+        halves = rng.integers(0, 1 << 16, 126).astype(np.uint32)
+    else:
+        halves = np.arange(1 << 16, dtype=np.uint32)
+    halves = np.concatenate([[0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00], halves])
+    halves = halves[(((halves >> 10) & 0x1F) != 0x1F) | ((halves & 0x3FF) == 0)].astype(np.uint32)  # no NaN
+    n = halves.size
+    a = halves | (halves[rng.permutation(n)] << 16)
+    b = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    sim = simulated()
+    args = [to_device(v, sim) for v in (a, b, c)] + [to_device(np.zeros(n, np.uint32), sim)]
+    args += [to_device(np.full(n, np.nan, np.float32), sim) for _ in range(2)]
+    _make_decode_helpers_kernel().bind(-(-n // 128), 128, args).launch(0)
+    lop, lo, hi = (to_host(args[i]) for i in (3, 4, 5))
+    np.testing.assert_array_equal(lop, (a & b) | c)
+    for got, bits in ((lo, a & 0xFFFF), (hi, a >> 16)):
+        want = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # bit-exact, -0.0 included

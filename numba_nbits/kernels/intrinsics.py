@@ -448,6 +448,67 @@ else:  # pragma: no cover - compiled on a GPU only
     fma_bf16x2 = _fma_intrinsic("bf16")
 
 
+
+# ----------------------------------------------------------------------- decode helpers (GEMV)
+# * ``lop3_andor(a, b, c)``: ``(a & b) | c`` on uint32 as one ``lop3.b32`` (LUT 0xEA). Written out as ``&``
+#   then ``|`` with two constant operands, ptxas emits two LOP3s (a SASS LOP3 takes one immediate); the
+#   inline form is one LOP3 with the constant in a register hoisted out of the loop (the tensor-core GEMV
+#   decodes every weight register with one).
+# * ``f16lo_to_f32(w)`` / ``f16hi_to_f32(w)``: the fp16 in bits 0..15 / 16..31 of a uint32 as float32
+#   (``cvt.f32.f16``, exact, one instruction; the GEMV's fp16 block scales).
+
+
+def _lop3_andor_py(a, b, c):
+    return np.uint32((int(a) & int(b) | int(c)) & 0xFFFFFFFF)
+
+
+def _f16lo_to_f32_py(w):
+    return np.float32(np.uint16(int(w) & 0xFFFF).view(np.float16))
+
+
+def _f16hi_to_f32_py(w):
+    return np.float32(np.uint16((int(w) >> 16) & 0xFFFF).view(np.float16))
+
+
+TWINS.update({"lop3_andor": _lop3_andor_py, "f16lo_to_f32": _f16lo_to_f32_py, "f16hi_to_f32": _f16hi_to_f32_py})
+
+if SIMULATED:
+    lop3_andor = _lop3_andor_py
+    f16lo_to_f32 = _f16lo_to_f32_py
+    f16hi_to_f32 = _f16hi_to_f32_py
+else:  # pragma: no cover - compiled on a GPU only
+    @intrinsic
+    def lop3_andor(typingctx, a, b, c):
+        if not all(isinstance(x, types.Integer) for x in (a, b, c)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(_I32, [_I32] * 3)
+            return builder.call(ir.InlineAsm(fnty, "lop3.b32 $0, $1, $2, $3, 0xEA;", "=r,r,r,r"),
+                                [_to_i32(builder, v) for v in args])
+
+        return types.uint32(a, b, c), codegen
+
+    def _f16_half_intrinsic(hi: int):
+        ptx = ("{ .reg .b16 l16, h16; mov.b32 {l16, h16}, $1; "
+               f"cvt.f32.f16 $0, {'h16' if hi else 'l16'}; }}")
+
+        def typer(typingctx, w):
+            if not isinstance(w, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(ir.FloatType(), [_I32])
+                return builder.call(ir.InlineAsm(fnty, ptx, "=f,r"), [_to_i32(builder, args[0])])
+
+            return types.float32(w), codegen
+
+        typer.__name__ = "f16hi_to_f32" if hi else "f16lo_to_f32"
+        return intrinsic(typer)
+
+    f16lo_to_f32 = _f16_half_intrinsic(0)
+    f16hi_to_f32 = _f16_half_intrinsic(1)
+
 # ----------------------------------------------------------------------- vector stores (global)
 # ``st_v4(arr, i, a, b, c, d)`` writes 16 bytes (``st.global.v4.b32``) at uint32 element ``i`` of a
 # 1-D uint32 array; ``st_v2`` writes 8 bytes. The caller guarantees 16- / 8-byte alignment.

@@ -110,6 +110,24 @@ def fma_bf16x2(a, b, c):
                                                   "r", np.uint32(b), "r", np.uint32(c)))
 
 
+
+@_device
+def lop3_andor(a, b, c):
+    return np.uint32(cuda.experimental.inline_ptx("lop3.b32 %0, %1, %2, %3, 0xEA;", "=r", _I0, "r", np.uint32(a),
+                                                  "r", np.uint32(b), "r", np.uint32(c)))
+
+
+@_device
+def f16lo_to_f32(w):
+    return cuda.experimental.inline_ptx("{ .reg .b16 l16, h16; mov.b32 {l16, h16}, %1; cvt.f32.f16 %0, l16; }",
+                                        "=f", _F0, "r", np.uint32(w))
+
+
+@_device
+def f16hi_to_f32(w):
+    return cuda.experimental.inline_ptx("{ .reg .b16 l16, h16; mov.b32 {l16, h16}, %1; cvt.f32.f16 %0, h16; }",
+                                        "=f", _F0, "r", np.uint32(w))
+
 def _mma(kind: str):
     """``mma_{kind}``: one ``mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32`` (see intrinsics.py)."""
     ptx = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "
