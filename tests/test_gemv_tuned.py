@@ -41,12 +41,12 @@ def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
 
 
 @pytest.mark.parametrize("args,tag", [
-    ((28672, 8192, 128, 1, 4), "t2w4u1"),       # table rows
-    ((8192, 28672, 32, 1, 4), "t2w8u2"),
-    ((14336, 4096, 128, 8, 8), "t1w8u1p1b4"),
+    ((28672, 8192, 128, 1, 4), "t1w8u1p1"),     # table rows
+    ((8192, 28672, 32, 1, 4), "t1w8u2p1"),
+    ((14336, 4096, 128, 8, 8), "t2w4u1p1"),
     ((4096, 4096, 64, 1, 2), "t1w8u2p1"),
     ((5120, 4096, 32, 1, 4), "t1w8u2p1"),       # nearest swept shape (4096 x 4096)
-    ((100000, 4096, 64, 1, 4), "t2w4u1"),       # block 64 served by the block-128 rows
+    ((100000, 4096, 64, 1, 4), "t1w4u1p1"),     # block 64 served by the block-128 rows
     ((32, 2880, 32, 1, 4), "t1w8u2"),           # far from every row: the rule
     ((4096, 4096, 32, 16, 2), "t1w8u2"),        # no 2-bit M 9..16 rows: the rule
     ((1024, 1024, 128, 4, 8), "t1w4u1"),        # 2x away in N and K: the rule
@@ -60,6 +60,28 @@ def test_gpu_without_a_table_uses_the_default_gpu():
     for bits in (2, 4, 8):
         assert T.tuned_table(bits, "no-such-gpu") == T.tuned_table(bits, T.DEFAULT_GPU) != {}
     assert T.tuned_table(3) == {}
+
+
+def test_kernel_version_without_a_table_takes_the_rules(monkeypatch):
+    """A kernel version no table was fitted to has no tuned tactics (an older version's table is never used):
+    every shape takes the rule, which is what the GPU without any table gets for a shape far from every row."""
+    far = T.default_tactic(32, 2880, 32, 1, 4)  # no row within 2x: the rule
+    monkeypatch.setattr(T, "KERNEL_VERSION", T.KERNEL_VERSION + 1000)
+    T._load_tables.cache_clear()
+    try:
+        assert not TABLE.with_name(f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json").exists()
+        assert all(T.tuned_table(bits) == {} for bits in (2, 4, 8))
+        assert T.default_tactic(32, 2880, 32, 1, 4) == far
+        rows = _rows_of(TABLE)
+        assert any(T.default_tactic(N, K, bs, mc, bits) != T.Tactic.parse(tag) for bits, N, K, bs, mc, tag in rows)
+    finally:
+        monkeypatch.undo()
+        T._load_tables.cache_clear()
+
+
+def _rows_of(path):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [(int(bits), *row) for bits, rows in data["tables"].items() for row in rows]
 
 
 def test_tables_are_package_data():

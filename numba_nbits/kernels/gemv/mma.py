@@ -47,7 +47,8 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
         "TPW": tac.tpw,
         "mma": _I.mma_bf16 if act == "bfloat16" else _I.mma_f16,
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
-        "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "F112": np.float32(2.0 ** 112),
+        "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "lop3": _I.lop3_andor,
+        "f16lo_to_f32": _I.f16lo_to_f32, "f16hi_to_f32": _I.f16hi_to_f32,
         "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence,
     }
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_l2pf" if l2pf else "")

@@ -47,7 +47,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
     e(1, f"per = (n_super + {warps - 1}) // {warps}")
     e(1, "my_groups = (ngroups - G0 + GS - 1) // GS")
     e(1, f"red = cuda.shared.array({2 * warps * red_entries}, np.float32)")
-    emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
 
     def locate(ind, cur):
         """Item of cursor ``cur`` (``l``: next to load, ``c``: next to compute): group ``{cur}gi`` of this
@@ -67,7 +67,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         p = f"q{slot}"
         locate(ind, "l")
         e(ind, "if gi < my_groups and scl < n_super:")
-        zeros = emit_weight_loads(e, ind + 1, p, "", TPW, vectors, super_blocks, zp_kind, True, True)
+        zeros = emit_weight_loads(e, ind + 1, p, "", TPW, vectors, super_blocks, zp_kind, True)
         if l2pf:
             emit_l2_prefetch(e, ind + 1, TPW, vectors, f"scl + {L2PF_AHEAD * warps}")
         e(ind, "else:")
@@ -82,7 +82,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         ind += 1
         e(ind, "if scl < n_super:")
         ind2 = ind + 1
-        emit_load_act(e, ind2, "b", f"scl * {super_k}", m_tiles, super_groups, group_k, group_steps)
+        emit_load_act(e, ind2, "b", "scl", super_k, m_tiles, super_groups, group_k, group_steps)
         for i in range(TPW):
             for bb in range(super_blocks):
                 emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c,

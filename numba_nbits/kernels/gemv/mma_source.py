@@ -13,9 +13,11 @@ The integer ``q - zp`` is an exact fp16/bf16 operand, built without a conversion
 of a register. The high plane of an 8-bit code decodes with ``fma2(0x6400 | qh, 16.0, -(16384 + 16 *
 (zp >> 4)))`` (bf16: ``0x4300 | qh``, 16.0, ``-(2048 + 16 * (zp >> 4))``), exactly ``16 * (qh - zh)``
 (fp16 spacing is 16 above 16384, bf16 above 2048); both planes' MMAs accumulate into the same fp32
-partial. Products with fp16/bf16 activations are exact, the tensor core sums them in fp32 over one
-quantisation block, and the block's partial sums are multiplied by the block scale and accumulated
-in fp32: no weight is ever rounded, the only roundings are fp32 sums and the final store.
+partial. fp16 decodes registers 1 and 3 of a word without their shift, as ``0x6400 | 16 q`` (``_CONST``).
+Each decode is one ``lop3`` ((w & mask) | magic) and one ``fma2``. Products with fp16/bf16 activations
+are exact, the tensor core sums them in fp32 over one quantisation block, and the block's partial sums
+are multiplied by the block scale and accumulated in fp32: no weight is ever rounded, the only roundings
+are fp32 sums and the final store.
 
 Thread -> data mapping
 ----------------------
@@ -39,33 +41,49 @@ from .layout import MMA_LAYOUTS, n_vectors, step_planes, super_chunk
 # fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte;
 # for the high plane of 8-bit codes: 16.0 pair and -(16 * base) high byte (fp16 -16384 = 0xF400,
 # bf16 -2048 = 0xC500), whose low mantissa bits hold the high nibble of the zero point exactly
+# fp16 only (``ODD``): registers 1 and 3 of a word are decoded in place, unshifted, as ``16 * q``:
+# ``0x6400 | (q << 4)`` is 1024 + 16q (the 10-bit mantissa has room; bf16's 7 bits have not), and
+# ``fma2(x, 1/16, -(64 + zp))`` (``0xD400 | zp << 4`` is -(64 + zp)) is exactly q - zp; for the high
+# plane of 8-bit codes ``fma2(x, 1, -(1024 + 16 zh))`` (``0xE400 | zh << 4``) is exactly 16 (qh - zh)
 _CONST = {
-    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400, ONE16=0x4C004C00, NEG16=0xF400),
-    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300, ONE16=0x41804180, NEG16=0xC500),
+    "float16": dict(MAGIC=0x64006400, ONE=0x3C003C00, NEG=0xE400, ONE16=0x4C004C00, NEG16=0xF400,
+                    ODD=True, SIXTEENTH=0x2C002C00, NEGO=0xD400, NEG16O=0xE400),
+    "bfloat16": dict(MAGIC=0x43004300, ONE=0x3F803F80, NEG=0xC300, ONE16=0x41804180, NEG16=0xC500, ODD=False),
 }
 
 
 def emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
     """The negated zero-point pairs ``nz_lo``/``nz_hi`` (rows g, g + 8; 8-bit: the low plane) and, for
-    two-plane (8-bit) codes, ``nh_lo``/``nh_hi`` (the high plane: -16 * (base + zp >> 4)); ``zp``: the
-    two zero-point expressions (uint32) of rows g and g + 8, or None for the format's default zero point."""
+    two-plane (8-bit) codes, ``nh_lo``/``nh_hi`` (the high plane: -16 * (base + zp >> 4)); with ``c["ODD"]``
+    (fp16) also those of the in-place odd registers, ``nzo_*`` (-(64 + zp)) and ``nho_*`` (-(1024 + 16 zh));
+    ``zp``: the two zero-point expressions (uint32) of rows g and g + 8, or None for the format's default
+    zero point."""
     two_planes = MMA_LAYOUTS[bits].planes == 2
+    odd = c["ODD"]
     if zp is None:  # the same constant for both rows
         dz = FORMATS[bits].default_zero_point
-        if two_planes:  # 8-bit 128: low nibble 0, high nibble 8
-            e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | (dz & 15)) * 0x10001:08X})")
-            e(ind, f"nh_lo = np.uint32(0x{(c['NEG16'] | (dz >> 4)) * 0x10001:08X})")
-            e(ind, "nh_hi = nh_lo")
-        else:
-            e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | dz) * 0x10001:08X})")
-        e(ind, "nz_hi = nz_lo")
+        zl, zh = (dz & 15, dz >> 4) if two_planes else (dz, 0)  # 8-bit 128: low nibble 0, high nibble 8
+        e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | zl) * 0x10001:08X})")
+        if odd:
+            e(ind, f"nzo_lo = np.uint32(0x{(c['NEGO'] | zl << 4) * 0x10001:08X})")
+        if two_planes:
+            e(ind, f"nh_lo = np.uint32(0x{(c['NEG16'] | zh) * 0x10001:08X})")
+            if odd:
+                e(ind, f"nho_lo = np.uint32(0x{(c['NEG16O'] | zh << 4) * 0x10001:08X})")
+        for name in ("nz", "nzo", "nh", "nho")[:(4 if two_planes else 2)]:
+            if odd or name in ("nz", "nh"):
+                e(ind, f"{name}_hi = {name}_lo")
         return
     for h, name in ((0, "lo"), (1, "hi")):
+        zl = f"({zp[h]} & np.uint32(0xF))" if two_planes else zp[h]
+        e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zl}) * np.uint32(0x10001)")
+        if odd:
+            e(ind, f"nzo_{name} = (np.uint32(0x{c['NEGO']:04X}) | ({zl} << np.uint32(4))) * np.uint32(0x10001)")
         if two_planes:
-            e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | ({zp[h]} & np.uint32(0xF))) * np.uint32(0x10001)")
             e(ind, f"nh_{name} = (np.uint32(0x{c['NEG16']:04X}) | ({zp[h]} >> np.uint32(4))) * np.uint32(0x10001)")
-        else:
-            e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zp[h]}) * np.uint32(0x10001)")
+            if odd:
+                e(ind, f"nho_{name} = (np.uint32(0x{c['NEG16O']:04X}) | ({zp[h]} & np.uint32(0xF0))) "
+                       "* np.uint32(0x10001)")
 
 
 def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
@@ -81,7 +99,7 @@ def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: i
     e(ind, f"s_hi = {s_hi}")
     if zp is not None:
         emit_zero_points(e, ind, bits, c, zp)
-    mask = f"0x{MMA_LAYOUTS[bits].decode_mask:08X}"
+    mask = MMA_LAYOUTS[bits].decode_mask
     for mt in range(m_tiles):
         for r in range(4):
             e(ind, f"p_{mt}_{r} = np.float32(0)")
@@ -90,11 +108,17 @@ def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: i
         G, sig = divmod(s, group_steps)
         for j, wi, sh, plane in step_planes(bits, s):
             e(ind, f"wd = {word(j)}[{wi}]")
-            one = c["ONE16"] if plane else c["ONE"]
             for r in range(4):
-                nz = ("nh_" if plane else "nz_") + ("lo" if r % 2 == 0 else "hi")
-                e(ind, f"f{r} = fma2((np.uint32(wd >> np.uint32({4 * r + sh})) & np.uint32({mask})) "
-                       f"| np.uint32(0x{c['MAGIC']:08X}), np.uint32(0x{one:08X}), {nz})")
+                row = "lo" if r % 2 == 0 else "hi"
+                if c["ODD"] and r % 2:  # in place: 16 * q, one shift fewer (see _CONST)
+                    shift, msk = 4 * (r - 1) + sh, mask << 4
+                    one, nz = (c["ONE"], "nho_") if plane else (c["SIXTEENTH"], "nzo_")
+                else:
+                    shift, msk = 4 * r + sh, mask
+                    one, nz = (c["ONE16"], "nh_") if plane else (c["ONE"], "nz_")
+                src = f"np.uint32(wd >> np.uint32({shift}))" if shift else "wd"
+                e(ind, f"f{r} = fma2(lop3({src}, np.uint32(0x{msk:08X}), np.uint32(0x{c['MAGIC']:08X})), "
+                       f"np.uint32(0x{one:08X}), {nz}{row})")
             for mt in range(m_tiles):
                 e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
                        f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
@@ -131,9 +155,11 @@ def emit_head():
     return L, e
 
 
-def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> None:
-    """Default zero-point constants, zeroed accumulators, and the activation row offsets (in elements) of
-    the lane's rows g and g + 8 of each m-tile."""
+def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, group_steps: int) -> None:
+    """Default zero-point constants, zeroed accumulators, and per m-tile the lane's activation base
+    ``aix_{mt}`` (its first value of a k-group, row ``g + 8 mt``, column ``4 group_steps t``, in units of the
+    activation load: 16 bytes, 8 at block 16) and its limit ``klim_{mt}``: a k-group offset ``kk`` is in
+    range when ``kk < klim`` (``K - 4 group_steps t``, 0 for a row >= M), one comparison per load."""
     if zp_kind == "none":
         emit_zero_points(e, 1, bits, c, None)
     for i in range(TPW):
@@ -142,37 +168,42 @@ def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int) -> N
                 e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
     for mt in range(m_tiles):
         e(1, f"row_{mt} = g + {8 * mt}")
-        e(1, f"ok_{mt} = row_{mt} < M")
-        e(1, f"rbase_{mt} = np.int64(row_{mt}) * K")
+        e(1, f"aix_{mt} = (np.int64(row_{mt}) * K + {4 * group_steps} * t) >> {2 if group_steps == 1 else 3}")
+        e(1, f"klim_{mt} = K - {4 * group_steps} * t if row_{mt} < M else np.int64(0)")
 
 
-def emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps) -> None:
-    """The lane's activations of one super-chunk (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``."""
+def emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps) -> None:
+    """The lane's activations of super-chunk ``sc`` (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``:
+    16-byte loads (block 16: one 8-byte load) at ``aix`` plus the k offset ``kk`` in load units, zeros where
+    ``kk`` is not below ``klim`` (``emit_setup``)."""
+    unit = 4 if group_steps == 1 else 8  # activations per load
+    e(ind, f"k0_ = {sc} * {super_k}")
+    e(ind, f"kq_ = {sc} * {super_k // unit}")
     for mt in range(m_tiles):
         for G in range(super_groups):
-            e(ind, f"ka = {k0} + {G * group_k} + {4 * group_steps} * t")
             if group_steps == 1:
-                e(ind, f"if ok_{mt} and ka < K:")
-                e(ind + 1, f"ix = (rbase_{mt} + ka) >> 1")
-                e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(a32[ix])")
-                e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(a32[ix + 1])")
+                kk = f"k0_ + {G * group_k}"
+                e(ind, f"if {kk} < klim_{mt}:")
+                e(ind + 1, f"bv2 = ldg_v2(a32, aix_{mt} + kq_ + {G * group_k // unit})")
                 e(ind, "else:")
-                e(ind + 1, f"{dst}_{mt}_{G}_0 = np.uint32(0)")
-                e(ind + 1, f"{dst}_{mt}_{G}_1 = np.uint32(0)")
+                e(ind + 1, "bv2 = (np.uint32(0), np.uint32(0))")
+                for x in range(2):
+                    e(ind, f"{dst}_{mt}_{G}_{x} = bv2[{x}]")
             else:
                 for q in range(group_steps // 2):
-                    e(ind, f"if ok_{mt} and ka + {8 * q} < K:")
-                    e(ind + 1, f"bv = ldg_v4(a32, (rbase_{mt} + ka + {8 * q}) >> 3)")
+                    kk = f"k0_ + {G * group_k + 8 * q}"
+                    e(ind, f"if {kk} < klim_{mt}:")
+                    e(ind + 1, f"bv = ldg_v4(a32, aix_{mt} + kq_ + {(G * group_k + 8 * q) // unit})")
                     e(ind, "else:")
                     e(ind + 1, "bv = Z4")
                     for x in range(4):
                         e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
 
-def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool, ring: bool) -> list:
+def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool) -> list:
     """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
     ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
-    returns the ``(suffix, zero)`` pairs that clear them. The ring kernel (``ring``) loads two scale words as
-    one 8-byte request and one with a plain load."""
+    returns the ``(suffix, zero)`` pairs that clear them. Two scale words are one 8-byte request; scalar
+    loads index with an unsigned integer (no negative-index wraparound code)."""
     zeros = []
     for i in range(TPW):
         for j in range(vectors):
@@ -191,23 +222,20 @@ def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scale
                 e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
                 for q in range(4):
                     e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
-        elif ring and super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
+        elif super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
             e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
             for q in range(2):
                 e(ind, f"{sc}_{q} = sv2[{q}]")
-        elif ring and super_blocks == 1:
-            e(ind, f"{sc}_0 = np.uint32(sw[tsc * 8 + g])")
-        elif ring:
-            raise ValueError(f"gemv_mma ring: {super_blocks} quantisation blocks per super-chunk")
+        elif super_blocks == 1:
+            e(ind, f"{sc}_0 = np.uint32(sw[np.uint64(tsc * 8 + g)])")
         else:
-            for q in range(super_blocks):
-                e(ind, f"{sc}_{q} = np.uint32(sw[tsc * {8 * super_blocks} + g * {super_blocks} + {q}])")
+            raise ValueError(f"gemv_mma: {super_blocks} quantisation blocks per super-chunk")
         zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
         if zp_kind == "packed":
             for h in range(2):
                 for bb in range(super_blocks):
-                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[tsc * {16 * super_blocks} + g * {2 * super_blocks}"
-                           f" + {h * super_blocks + bb}])")
+                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[np.uint64(tsc * {16 * super_blocks} + g * "
+                           f"{2 * super_blocks} + {h * super_blocks + bb})])")
                     zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
     return zeros
 
@@ -245,76 +273,77 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(1, "tile0 = grp * TPW")
         e(1, f"gw = split * {warps} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
-    emit_setup(e, bits, c, zp_kind, TPW, m_tiles)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
 
-    def load_act(ind, dst, k0):
-        emit_load_act(e, ind, dst, k0, m_tiles, super_groups, group_k, group_steps)
+    def load_act(ind, dst, sc):
+        emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps)
 
     n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
-    stage = []  # per-stage register suffixes (``w``/``v`` prefixed), swapped at the end of an iteration
 
     def load_stage(indent, p, base_expr):
         """Load one pipeline stage (``unroll`` super-chunks): weights; with prefetch >= 1 also scales (and zero
         points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed)."""
+        names = []
         for u in range(unroll):
             e(indent, f"scl = {base_expr} + {u * split_warps}")
             e(indent, "if scl < n_super:")
-            zeros = emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1,
-                                       False)
+            zeros = emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1)
             if l2pf:
                 emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
             if prefetch >= 2:
-                load_act(indent + 1, f"{p}ac_{u}", f"scl * {super_k}")
+                load_act(indent + 1, f"{p}ac_{u}", "scl")
                 zeros += [(f"ac_{u}_{mt}_{G}_{x}", "np.uint32(0)") for mt in range(m_tiles) for G in range(super_groups)
                           for x in range(n_act)]
             e(indent, "else:")
             for suf, z in zeros:
                 e(indent + 1, f"{p}{suf} = {z}")
-            if p == "v":
-                stage.extend(suf for suf, _ in zeros)
+            names.extend(suf for suf, _ in zeros)
+        return names
 
-    # register ring: "w" (computed now), "x1".."x{stages-2}" (in flight), "v" (issued this iteration)
-    ring = ["w"] + [f"x{r}" for r in range(1, stages - 1)] + ["v"]
+    def emit_compute(p):
+        """The ``unroll`` super-chunks of slot ``p``: activations (prefetched with ``pf = 2``), then each tile's
+        quantisation blocks (``emit_block_mma``)."""
+        for u in range(unroll):
+            e(2, f"sc_ = base + {u * split_warps}")
+            e(2, "if sc_ < n_super:")
+            ind = 3
+            if prefetch >= 2:
+                for mt in range(m_tiles):
+                    for G in range(super_groups):
+                        for x in range(n_act):
+                            e(ind, f"b_{mt}_{G}_{x} = {p}ac_{u}_{mt}_{G}_{x}")
+            else:
+                load_act(ind, "b", "sc_")
+            for i in range(TPW):
+                if prefetch == 0:
+                    e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
+                for bb in range(super_blocks):
+                    if prefetch == 0:
+                        sl, sh = f"ld(sc, np.uint64(sb + {bb}))", f"ld(sc, np.uint64(sb + {super_blocks + bb}))"
+                        zp = (f"np.uint32(zpk[np.uint64(sb + {bb})])",
+                              f"np.uint32(zpk[np.uint64(sb + {super_blocks + bb})])")
+                    else:
+                        sl = scale_bits_expr(act, f"{p}sc_{u}_{i}_{bb >> 1}", bb & 1)
+                        sh = scale_bits_expr(act, f"{p}sc_{u}_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1)
+                        zp = (f"{p}zp_{u}_{i}_0_{bb}", f"{p}zp_{u}_{i}_1_{bb}")
+                    emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps,
+                                   group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
+                                   zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"{p}_{u}_{i}_{j}",
+                                   bits=bits)
 
-    def scale_expr(u, i, jh):
-        """fp32 value of half ``jh`` of the lane's prefetched scale words (exact)."""
-        return scale_bits_expr(act, f"wsc_{u}_{i}_{jh >> 1}", jh & 1)
-
+    # register ring: slot s0 is computed, s1 .. s{stages-1} are in flight; rotated at the end of an iteration
+    slots = [f"s{r}" for r in range(stages)]
+    step = split_warps * unroll
     e(1, "base = gw")
     for r in range(stages - 1):
-        load_stage(1, ring[r], f"base + {r * split_warps * unroll}")
+        load_stage(1, slots[r], f"base + {r * step}")
     e(1, "while base < n_super:")
-    e(2, f"nb = base + {split_warps * unroll}")
-    load_stage(2, "v", f"base + {(stages - 1) * split_warps * unroll}")
-    for u in range(unroll):
-        e(2, f"sc_ = base + {u * split_warps}")
-        e(2, "if sc_ < n_super:")
-        ind = 3
-        if prefetch >= 2:
-            for mt in range(m_tiles):
-                for G in range(super_groups):
-                    for x in range(n_act):
-                        e(ind, f"b_{mt}_{G}_{x} = wac_{u}_{mt}_{G}_{x}")
-        else:
-            e(ind, f"k0 = sc_ * {super_k}")
-            load_act(ind, "b", "k0")
-        for i in range(TPW):
-            if prefetch == 0:
-                e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
-            for bb in range(super_blocks):
-                if prefetch == 0:
-                    sl, sh = f"ld(sc, sb + {bb})", f"ld(sc, sb + {super_blocks + bb})"
-                    zp = (f"np.uint32(zpk[sb + {bb}])", f"np.uint32(zpk[sb + {super_blocks + bb}])")
-                else:
-                    sl, sh = scale_expr(u, i, bb), scale_expr(u, i, super_blocks + bb)
-                    zp = (f"wzp_{u}_{i}_0_{bb}", f"wzp_{u}_{i}_1_{bb}")
-                emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
-                                zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"w_{u}_{i}_{j}",
-                                bits=bits)
+    names = load_stage(2, slots[-1], f"base + {(stages - 1) * step}")
+    emit_compute(slots[0])
     for r in range(stages - 1):
-        for suf in stage:
-            e(2, f"{ring[r]}{suf} = {ring[r + 1]}{suf}")
-    e(2, "base = nb")
+        for suf in names:
+            e(2, f"{slots[r]}{suf} = {slots[r + 1]}{suf}")
+    e(2, f"base += {step}")
     # cross-warp reduction and store
     e(1, f"red = cuda.shared.array({warps * red_entries}, np.float32)")
     for i in range(TPW):
@@ -381,13 +410,9 @@ def emit_l2_prefetch(e, ind: int, TPW: int, vectors: int, ahead: str) -> None:
 
 
 def scale_bits_expr(act: str, wd: str, hi: int) -> str:
-    """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``).
-
-    fp16 bits -> fp32: exponent and mantissa moved into place (an fp32 2^-112 times the value, exact also
-    for subnormals and zero), then scaled by 2^112; the sign bit copied. bf16 is the high half of an fp32."""
+    """fp32 value of half ``hi`` of the scale word ``wd`` (fp16/bf16 bits; exact, as ``pf >= 1``): fp16 is
+    one ``cvt.f32.f16`` of the half, bf16 the high half of an fp32 (one mask or shift)."""
     if act == "bfloat16":
         return f"u32_as_f32({wd} & np.uint32(0xFFFF0000))" if hi else f"u32_as_f32({wd} << np.uint32(16))"
-    bits = (f"(({wd} & np.uint32(0x80000000)) | (({wd} >> np.uint32(3)) & np.uint32(0x0FFFE000)))" if hi else
-            f"((({wd} & np.uint32(0x8000)) << np.uint32(16)) | (({wd} & np.uint32(0x7FFF)) << np.uint32(13)))")
-    return f"u32_as_f32({bits}) * F112"
+    return f"f16hi_to_f32({wd})" if hi else f"f16lo_to_f32({wd})"
 
