@@ -6,13 +6,20 @@
     python -m benchmarks.ptx_stats --mixed       (every mixed_gemm tactic, 4- and 8-bit, fp16, block 128)
     python -m benchmarks.ptx_stats --cuda-core   (every M tile of the CUDA-core engine of gemv_w2 (block 64)
                                                   and gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
+    python -m benchmarks.ptx_stats --sass t1w8u2p1,32,1 ...   (also the SASS of the GEMV's main loop: its
+                                                  instruction count and opcode histogram, via nvdisasm)
 
 numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
 lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
 (found on PATH or under /usr/local/cuda*/bin; an older ptxas gets the PTX ``.version`` lowered)
 reports registers and spill bytes. Occupancy = blocks of ``32 * warps`` threads per SM by registers
 (65536 per SM, allocated per warp in units of 256) and by shared memory (228 KB), at most 32 blocks
-and 64 warps; waves = blocks / (132 * that) at M=1 for 28672 rows.
+and 64 warps; waves = blocks / (132 * that) at M=1 for 28672 rows. With ``--sass`` the cubin is
+disassembled (``nvdisasm``: on PATH, under /usr/local/cuda*/bin, or from the ``nvidia-cuda-nvdisasm`` wheel)
+and the largest loop (``main_loop``: the instructions from a label to the last branch back to it) is
+counted, with its opcodes (``loop_ops``, most frequent first): the GEMV is bound by instruction issue when
+its loads are not, so instructions per weight code is the figure to cut (see
+``benchmarks/results/2026-12-02-h200-gemv-v2``).
 """
 from __future__ import annotations
 
@@ -32,6 +39,55 @@ def _ptxas():
         return p
     c = sorted(glob.glob("/usr/local/cuda*/bin/ptxas"))
     return c[-1] if c else None
+
+
+def _nvdisasm():
+    p = shutil.which("nvdisasm")
+    if p:
+        return p
+    c = sorted(glob.glob("/usr/local/cuda*/bin/nvdisasm"))
+    if c:
+        return c[-1]
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            c = sorted(glob.glob(os.path.join(root, "*", "bin", "nvdisasm")))
+            if c:
+                return c[-1]
+    except ImportError:
+        pass
+    return None
+
+
+_SASS_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+_SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_SASS_BRANCH = re.compile(r"\bBRA\s+`\((\.L_x_\d+)\)")
+
+
+def main_loop(sass: str) -> dict:
+    """The largest loop of a kernel's SASS (``nvdisasm -c`` text): from a label to the last branch back to
+    it, ``{"main_loop": instructions, "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent
+    first); empty without a backward branch."""
+    lines = sass.splitlines()
+    labels = {}
+    best = None
+    for i, line in enumerate(lines):
+        m = _SASS_LABEL.match(line)
+        if m:
+            labels[m.group(1)] = i
+        b = _SASS_BRANCH.search(line)
+        if b and b.group(1) in labels:
+            body = [x for x in lines[labels[b.group(1)]:i + 1] if _SASS_INSTR.search(x)]
+            if best is None or len(body) > len(best):
+                best = body
+    if best is None:
+        return {}
+    ops = {}
+    for x in best:
+        op = _SASS_INSTR.search(x).group(2)
+        ops[op] = ops.get(op, 0) + 1
+    return {"main_loop": len(best), "loop_ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def _fake_device():
@@ -63,8 +119,9 @@ def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
     return tac, _kernel_ptx(gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
 
 
-def ptxas_stats(ptx: str) -> dict:
-    """``ptxas -v -arch=sm_90a`` of ``ptx``: regs, spill (store bytes), smem (static bytes), or error."""
+def ptxas_stats(ptx: str, sass: bool = False) -> dict:
+    """``ptxas -v -arch=sm_90a`` of ``ptx``: regs, spill (store bytes), smem (static bytes), or error; with
+    ``sass`` also ``main_loop`` / ``loop_ops`` of the cubin (``main_loop``; needs ``nvdisasm``)."""
     exe = _ptxas()
     if exe is None:
         return {"error": "no ptxas"}
@@ -80,11 +137,19 @@ def ptxas_stats(ptx: str) -> dict:
             if r.returncode == 0:
                 break
         text = r.stderr + r.stdout
+        loop = {}
+        if sass and r.returncode == 0:
+            dis = _nvdisasm()
+            if dis is None:
+                loop = {"sass_error": "no nvdisasm (pip install nvidia-cuda-nvdisasm)"}
+            else:
+                d2 = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True)
+                loop = main_loop(d2.stdout) if d2.returncode == 0 else {"sass_error": d2.stderr.strip()[:200]}
     if r.returncode != 0:
         return {"error": text.strip().splitlines()[-1][:200]}
     return {"regs": int(re.findall(r"Used (\d+) registers", text)[0]),
             "spill": int(re.findall(r"(\d+) bytes spill stores", text)[0]),
-            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0])}
+            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0]), **loop}
 
 
 def occupancy(regs: int, smem: int, warps: int) -> int:
@@ -96,11 +161,11 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
     return max(0, min(by_regs, by_smem, 32, 64 // warps))
 
 
-def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4) -> dict:
+def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False) -> dict:
     t = time.time()
     tac, ptx = compile_ptx(tag, bs, MT, dtype, bits)
     out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
-    ps = ptxas_stats(ptx)
+    ps = ptxas_stats(ptx, sass)
     out.update(ps)
     if "error" in ps:
         return out
@@ -192,7 +257,7 @@ def main(argv):
         specs.append((p[0], int(p[1]), int(p[2]), dt, int(p[4]) if len(p) > 4 else 4))
     for tag, bs, MT, dt, bits in specs:
         try:
-            s = stats(tag, bs, MT, dt, bits)
+            s = stats(tag, bs, MT, dt, bits, "--sass" in argv)
         except Exception as e:  # noqa: BLE001
             s = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
         print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)

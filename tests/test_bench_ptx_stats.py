@@ -1,0 +1,34 @@
+"""``benchmarks/ptx_stats.py --sass``: the main-loop count of a kernel's SASS (no GPU, no nvdisasm needed here:
+the parser runs on a hand-written listing in ``nvdisasm -c`` format)."""
+from __future__ import annotations
+
+from benchmarks.ptx_stats import main_loop
+
+SASS = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R8, SR_TID.X ;
+.L_x_3:
+        /*0020*/                   LOP3.LUT R2, R3, 0xf000f, R4, 0xea, !PT ;
+.L_x_4:
+        /*0030*/                   HFMA2 R5, R2, R6.H0_H0, -1032, -1032 ;
+        /*0040*/                   HMMA.16816.F32 R8, R4, R6, R8 ;
+        /*0050*/               @!P0 LDG.E.128.CONSTANT R12, desc[UR4][R2.64] ;
+        /*0060*/               @P1 BRA `(.L_x_4) ;
+        /*0070*/                   IMAD.MOV.U32 R9, RZ, RZ, R10 ;
+        /*0080*/                   @!UPT UIADD3 URZ, URZ, URZ, URZ ;
+        /*0090*/              @!P2 BRA `(.L_x_3) ;
+        /*00a0*/                   BRA `(.L_x_5);
+.L_x_5:
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_main_loop_is_the_largest_backward_branch():
+    got = main_loop(SASS)
+    assert got["main_loop"] == 8  # .L_x_3 .. the branch back to it: 0x20 .. 0x90
+    assert got["loop_ops"] == {"BRA": 2, "HFMA2": 1, "HMMA": 1, "IMAD": 1, "LDG": 1, "LOP3": 1, "UIADD3": 1}
+    assert list(got["loop_ops"])[0] == "BRA"  # most frequent first
+
+
+def test_no_backward_branch_no_loop():
+    assert main_loop(SASS.replace("`(.L_x_4)", "`(.L_x_5)").replace("`(.L_x_3)", "`(.L_x_5)")) == {}
