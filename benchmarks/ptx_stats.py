@@ -143,7 +143,7 @@ def ptxas_stats(ptx: str, sass: bool = False) -> dict:
             if dis is None:
                 loop = {"sass_error": "no nvdisasm (pip install nvidia-cuda-nvdisasm)"}
             else:
-                d2 = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True)
+                d2 = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=False)
                 loop = main_loop(d2.stdout) if d2.returncode == 0 else {"sass_error": d2.stderr.strip()[:200]}
     if r.returncode != 0:
         return {"error": text.strip().splitlines()[-1][:200]}

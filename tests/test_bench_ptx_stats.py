@@ -27,7 +27,7 @@ def test_main_loop_is_the_largest_backward_branch():
     got = main_loop(SASS)
     assert got["main_loop"] == 8  # .L_x_3 .. the branch back to it: 0x20 .. 0x90
     assert got["loop_ops"] == {"BRA": 2, "HFMA2": 1, "HMMA": 1, "IMAD": 1, "LDG": 1, "LOP3": 1, "UIADD3": 1}
-    assert list(got["loop_ops"])[0] == "BRA"  # most frequent first
+    assert next(iter(got["loop_ops"])) == "BRA"  # most frequent first
 
 
 def test_no_backward_branch_no_loop():
