@@ -16,7 +16,7 @@ reports registers and spill bytes. Occupancy = blocks of ``32 * warps`` threads 
 (65536 per SM, allocated per warp in units of 256) and by shared memory (228 KB), at most 32 blocks
 and 64 warps; waves = blocks / (132 * that) at M=1 for 28672 rows. With ``--sass`` the cubin is
 disassembled (``nvdisasm``: on PATH, under /usr/local/cuda*/bin, or from the ``nvidia-cuda-nvdisasm`` wheel)
-and the largest loop (``main_loop``: the instructions from a label to the last branch back to it) is
+and the main loop (``main_loop``: the loop with the most tensor-core instructions, then the longest) is
 counted, with its opcodes (``loop_ops``, most frequent first): the GEMV is bound by instruction issue when
 its loads are not, so instructions per weight code is the figure to cut (see
 ``benchmarks/results/2026-12-02-h200-gemv-v2``).
@@ -63,12 +63,14 @@ def _nvdisasm():
 _SASS_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 _SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _SASS_BRANCH = re.compile(r"\bBRA\s+`\((\.L_x_\d+)\)")
+_TENSOR_OPS = ("HMMA", "HGMMA", "IMMA")
 
 
 def main_loop(sass: str) -> dict:
-    """The largest loop of a kernel's SASS (``nvdisasm -c`` text): from a label to the last branch back to
-    it, ``{"main_loop": instructions, "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent
-    first); empty without a backward branch."""
+    """The main loop of a kernel's SASS (``nvdisasm -c`` text): of the loops (a label to a branch back to it),
+    the one with the most tensor-core instructions (HMMA / HGMMA / IMMA), then the longest (a GEMV's cross-warp
+    reduction loop can be longer than its K loop); ``{"main_loop": instructions, "loop_ops": {opcode: count}}``
+    (opcodes without modifiers, most frequent first); empty without a backward branch."""
     lines = sass.splitlines()
     labels = {}
     best = None
@@ -79,10 +81,12 @@ def main_loop(sass: str) -> dict:
         b = _SASS_BRANCH.search(line)
         if b and b.group(1) in labels:
             body = [x for x in lines[labels[b.group(1)]:i + 1] if _SASS_INSTR.search(x)]
-            if best is None or len(body) > len(best):
-                best = body
+            key = (sum(_SASS_INSTR.search(x).group(2) in _TENSOR_OPS for x in body), len(body))
+            if best is None or key > best[0]:
+                best = (key, body)
     if best is None:
         return {}
+    best = best[1]
     ops = {}
     for x in best:
         op = _SASS_INSTR.search(x).group(2)

@@ -30,5 +30,15 @@ def test_main_loop_is_the_largest_backward_branch():
     assert next(iter(got["loop_ops"])) == "BRA"  # most frequent first
 
 
+def test_the_tensor_core_loop_wins_over_a_longer_one():
+    """A GEMV's cross-warp reduction loop (no HMMA) can be longer than its K loop: the K loop is the main one."""
+    reduction = "".join(f"        /*{0x100 + 16 * k:04x}*/                   FADD R{k}, R{k}, R20 ;\n" for k in range(12))
+    sass = SASS.replace(".L_x_5:\n", ".L_x_5:\n.L_x_9:\n" + reduction
+                        + "        /*0200*/               @P3 BRA `(.L_x_9) ;\n")
+    got = main_loop(sass)
+    assert got["main_loop"] == 8 and "FADD" not in got["loop_ops"]
+    assert main_loop(sass.replace("HMMA.16816.F32", "FMUL"))["main_loop"] == 13  # no tensor op: the longest
+
+
 def test_no_backward_branch_no_loop():
     assert main_loop(SASS.replace("`(.L_x_4)", "`(.L_x_5)").replace("`(.L_x_3)", "`(.L_x_5)")) == {}
