@@ -20,11 +20,16 @@ TABLE = T.TUNED_DIR / f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json"
 CLASS_MS = {1: (1,), 8: (2, 5, 8), 16: (9, 16)}
 
 
+def _rows_of(data):
+    """``(bits, N, K, block_size, m_class, tactic)`` of every row of a tuned-table file's data."""
+    return [(int(bits), *row) for bits, rows in data["tables"].items() for row in rows]
+
+
 def _rows():
     data = json.loads(TABLE.read_text(encoding="utf-8"))
     assert data["gpu"] == T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
-    return [(int(bits), *row) for bits, rows in data["tables"].items() for row in rows]
+    return _rows_of(data)
 
 
 def test_table_has_every_bit_width():
@@ -72,16 +77,11 @@ def test_kernel_version_without_a_table_takes_the_rules(monkeypatch):
         assert not TABLE.with_name(f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json").exists()
         assert all(T.tuned_table(bits) == {} for bits in (2, 4, 8))
         assert T.default_tactic(32, 2880, 32, 1, 4) == far
-        rows = _rows_of(TABLE)
+        rows = _rows_of(json.loads(TABLE.read_text(encoding="utf-8")))
         assert any(T.default_tactic(N, K, bs, mc, bits) != T.Tactic.parse(tag) for bits, N, K, bs, mc, tag in rows)
     finally:
         monkeypatch.undo()
         T._load_tables.cache_clear()
-
-
-def _rows_of(path):
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return [(int(bits), *row) for bits, rows in data["tables"].items() for row in rows]
 
 
 def test_tables_are_package_data():

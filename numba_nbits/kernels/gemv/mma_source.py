@@ -59,31 +59,27 @@ def emit_zero_points(e, ind: int, bits: int, c: dict, zp) -> None:
     ``zp``: the two zero-point expressions (uint32) of rows g and g + 8, or None for the format's default
     zero point."""
     two_planes = MMA_LAYOUTS[bits].planes == 2
-    odd = c["ODD"]
+    # (name, base high bits, the zero point's part as a constant of the default zero point dz, as an
+    # expression of the zero point z); the same order for both forms
+    low_c, low_x = ((lambda dz: dz & 15), (lambda z: f"({z} & np.uint32(0xF))")) if two_planes else \
+        ((lambda dz: dz), (lambda z: z))  # the (low-plane) zero point
+    planes = [("nz", c["NEG"], low_c, low_x)]
+    if c["ODD"]:
+        planes.append(("nzo", c["NEGO"], lambda dz: low_c(dz) << 4, lambda z: f"({low_x(z)} << np.uint32(4))"))
+    if two_planes:  # 8-bit 128: low nibble 0, high nibble 8
+        planes.append(("nh", c["NEG16"], lambda dz: dz >> 4, lambda z: f"({z} >> np.uint32(4))"))
+        if c["ODD"]:
+            planes.append(("nho", c["NEG16O"], lambda dz: (dz >> 4) << 4, lambda z: f"({z} & np.uint32(0xF0))"))
     if zp is None:  # the same constant for both rows
         dz = FORMATS[bits].default_zero_point
-        zl, zh = (dz & 15, dz >> 4) if two_planes else (dz, 0)  # 8-bit 128: low nibble 0, high nibble 8
-        e(ind, f"nz_lo = np.uint32(0x{(c['NEG'] | zl) * 0x10001:08X})")
-        if odd:
-            e(ind, f"nzo_lo = np.uint32(0x{(c['NEGO'] | zl << 4) * 0x10001:08X})")
-        if two_planes:
-            e(ind, f"nh_lo = np.uint32(0x{(c['NEG16'] | zh) * 0x10001:08X})")
-            if odd:
-                e(ind, f"nho_lo = np.uint32(0x{(c['NEG16O'] | zh << 4) * 0x10001:08X})")
-        for name in ("nz", "nzo", "nh", "nho")[:(4 if two_planes else 2)]:
-            if odd or name in ("nz", "nh"):
-                e(ind, f"{name}_hi = {name}_lo")
+        for name, base, const, _ in planes:
+            e(ind, f"{name}_lo = np.uint32(0x{(base | const(dz)) * 0x10001:08X})")
+        for name, *_ in planes:
+            e(ind, f"{name}_hi = {name}_lo")
         return
-    for h, name in ((0, "lo"), (1, "hi")):
-        zl = f"({zp[h]} & np.uint32(0xF))" if two_planes else zp[h]
-        e(ind, f"nz_{name} = (np.uint32(0x{c['NEG']:04X}) | {zl}) * np.uint32(0x10001)")
-        if odd:
-            e(ind, f"nzo_{name} = (np.uint32(0x{c['NEGO']:04X}) | ({zl} << np.uint32(4))) * np.uint32(0x10001)")
-        if two_planes:
-            e(ind, f"nh_{name} = (np.uint32(0x{c['NEG16']:04X}) | ({zp[h]} >> np.uint32(4))) * np.uint32(0x10001)")
-            if odd:
-                e(ind, f"nho_{name} = (np.uint32(0x{c['NEG16O']:04X}) | ({zp[h]} & np.uint32(0xF0))) "
-                       "* np.uint32(0x10001)")
+    for h, row in ((0, "lo"), (1, "hi")):
+        for name, base, _, expr in planes:
+            e(ind, f"{name}_{row} = (np.uint32(0x{base:04X}) | {expr(zp[h])}) * np.uint32(0x10001)")
 
 
 def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: int, group_steps: int, c: dict,
