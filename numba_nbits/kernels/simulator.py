@@ -12,6 +12,8 @@ warp primitives and cannot execute ``@intrinsic`` functions (our inline PTX). Th
 * strict indexing: a negative index into a global, shared or local array raises IndexError (NumPy
   would wrap it to the array's end; on a GPU it is an out-of-bounds access). Out-of-range positive
   indices raise in NumPy already; the 16-byte twins of ``intrinsics.py`` check their whole span.
+  The simulator names a static shared array by the source line that declares it; the wrapper keeps
+  that line the kernel's own (not the wrapper's, which would make every shared array of a kernel one).
 * a registry of pure-Python *twins* for the inline-PTX intrinsics of ``kernels/intrinsics.py``.
   ``intrinsics.py`` picks the twin when the simulator is on; kernels never branch on simulation.
 
@@ -215,9 +217,22 @@ def _strict_setitem(orig):
     return __setitem__
 
 
-def _strict_alloc(orig):
-    def array(self, *args, **kwargs):
-        a = orig(self, *args, **kwargs)
+def _strict_alloc(orig, shared: bool):
+    def array(self, shape, dtype, alignment=None):
+        if shared and shape != 0 and alignment is None:  # static: one array per declaring line (as the simulator)
+            import sys
+
+            from numba.cuda import types
+            from numba.cuda.np import numpy_support
+
+            f = sys._getframe(1)
+            key = (f.f_code.co_filename, f.f_lineno)
+            a = self._allocations.get(key)
+            if a is None:
+                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                a = self._allocations.setdefault(key, np.empty(shape, dt))
+        else:
+            a = orig(self, shape, dtype, alignment)
         return a.view(StrictArray) if isinstance(a, np.ndarray) else a
 
     return array
@@ -231,7 +246,7 @@ def _install_strict_indexing(kernelapi, devicearray) -> None:
     cls.__setitem__ = _strict_setitem(cls.__setitem__)
     for name in ("FakeCUDAShared", "FakeCUDALocal"):
         c = getattr(kernelapi, name)
-        c.array = _strict_alloc(c.array)
+        c.array = _strict_alloc(c.array, name == "FakeCUDAShared")
 
 
 _PRIMITIVES = (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync, syncwarp, ballot_sync, all_sync,
