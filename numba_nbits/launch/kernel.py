@@ -71,6 +71,7 @@ class Kernel:
         self._image = None  # (entry name, cubin) of a numba-cuda-mlir compilation
         self._layout = None  # per argument: (first slot, number of slots, kind, type, data-pointer slot)
         self._max_dyn_shared = 0
+        self._carveout = None  # the shared-memory carveout asked for (``prefer_shared``)
         self.from_cache = False  # True when the cubin came from the compiled-kernel cache
 
     # -- compilation ---------------------------------------------------------------------------
@@ -169,10 +170,29 @@ class Kernel:
         self.ensure()
         if simulated() or nbytes <= max(self._max_dyn_shared, 48 * 1024):
             return
-        drv = _drv()
-        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        check(drv.cuFuncSetAttribute(self._func, attr, int(nbytes)), "cuFuncSetAttribute(max dynamic shared)")
+        self._set_attribute("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", int(nbytes), "max dynamic shared")
         self._max_dyn_shared = int(nbytes)
+
+    def prefer_shared(self, percent: int) -> None:
+        """Ask for a shared-memory carveout of ``percent`` of the unified L1 / shared memory (a hint the driver
+        follows where it can; no-op under the simulator): for kernels whose occupancy needs shared memory."""
+        self.ensure()
+        if simulated() or self._carveout == percent:
+            return
+        self._set_attribute("CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", int(percent), "shared carveout")
+        self._carveout = percent
+
+    def _set_attribute(self, name: str, value: int, what: str) -> None:
+        """``cuFuncSetAttribute`` on the loaded function; numba-cuda loads its cubins as library kernels
+        (a ``CUkernel`` handle, which launches as a function but takes attributes only through the
+        ``CUfunction`` of the current context: ``cuKernelGetFunction``)."""
+        drv = _drv()
+        attr = getattr(drv.CUfunction_attribute, name)
+        res = drv.cuFuncSetAttribute(self._func, attr, value)
+        if int(res[0]) == int(drv.CUresult.CUDA_ERROR_INVALID_HANDLE):
+            fn = check(drv.cuKernelGetFunction(drv.CUkernel(int(self._func))), "cuKernelGetFunction")
+            res = drv.cuFuncSetAttribute(fn, attr, value)
+        check(res, f"cuFuncSetAttribute({what})")
 
     def registers(self) -> int:
         """Registers per thread of the compiled kernel (GPU only)."""
