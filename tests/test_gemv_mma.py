@@ -99,12 +99,18 @@ if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations
         (1, 48, 256, 32, "float16", "none", T.parse("t1w2u1p1r3g1")),
         (3, 40, 136, 128, "bfloat16", "packed", T.parse("t2w1u1p1r2g1")),  # partial tile, K % 64 != 0, tpw 2
         (9, 16, 192, 16, "float16", "packed", T.parse("t1w2u1p1r4")),  # two m-tiles, block 16, idle items
+        # shared-memory pipeline (cp.async): one block per super-chunk (a 4-byte zero-point word shared by two
+        # rows), tpw 2 + unroll 2 with a partial tile, 16-byte scale copies at block 16 with split-K, 5 slots
+        (1, 48, 256, 32, "float16", "packed", T.parse("t1w2u1p1s3a")),
+        (3, 40, 136, 128, "bfloat16", "packed", T.parse("t2w1u2p1s4a")),
+        (9, 16, 192, 16, "float16", "packed", T.parse("t1w2u1p1k2a")),
+        (2, 24, 320, 64, "bfloat16", "none", T.parse("t1w1u1p1s5a")),
     ]
 else:  # one compile per case: (dtype, zero points) cycle over tactic x block x M
     _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
     VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
                 for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4",
-                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4")
+                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4", "t1w8u1p1s4a", "t1w4u1p1k2s6a")
                 for bs in (16, 32, 128) for M in (1, 16)]
 
 
@@ -124,13 +130,15 @@ if SIM:
         (2, 1, 48, 256, 128, "float16", "packed", "t1w2u1p1r3g1"),
         (2, 2, 16, 256, 16, "float16", "packed", "t1w1u1p1r2"),  # 8 blocks per super-chunk: two scale vectors
         (2, 1, 16, 256, 16, "bfloat16", "none", "t1w1u1p1"),  # the same, plain kernel
+        (8, 2, 16, 128, 32, "float16", "packed", "t1w1u1p1s3a"),  # shared-memory pipeline: two planes, 2 blocks
+        (2, 1, 16, 256, 16, "bfloat16", "packed", "t1w1u2p1a"),  # two 16-byte scale and one zero-point copy
     ]
 else:
     _dz8 = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
     _m8 = itertools.cycle((1, 5, 16, 8))
     LOW_BIT_CASES = [(bits, next(_m8), 1032, 2056, bs, *next(_dz8), tag)  # one compile per case
                      for bits in (2, 8)
-                     for tag in ("t1w8u1", "t2w8u1p1", "t1w4u2p1", "t1w8u1p1b4r3g4", "t2w4u1p1k2")
+                     for tag in ("t1w8u1", "t2w8u1p1", "t1w4u2p1", "t1w8u1p1b4r3g4", "t2w4u1p1k2", "t1w4u1p1s4a")
                      for bs in (16, 32, 64, 128)]
 
 
@@ -184,9 +192,25 @@ def test_gemv_mma_prefetched_scale_bits(rng, dtype):
     np.testing.assert_array_equal(y0.view(np.uint16), y1.view(np.uint16))
 
 
+def test_smem_tactic_fitted_to_shared_memory():
+    """A tuned shared-memory pipeline that does not fit a specialisation's 48 KiB keeps the deepest ring that
+    does, else becomes the register pipeline (slot bytes: 256 threads x (weights + scale words [+ zero points]);
+    reduction: 8 warps x 4 KiB per m-tile)."""
+    from numba_nbits.kernels.gemv.mma_smem import fitted, smem_bytes
+
+    t = T.parse("t1w8u1p1s6a")
+    assert smem_bytes(t, 1, 128, "none", 4) == (6 * 256 * 36, 8 * 4 * 32 * 4)
+    assert fitted(t, 1, 128, "none", 4) == T.parse("t1w8u1p1s4a")  # 4 x 9216 + 4096
+    assert fitted(t, 1, 32, "none", 4) == t  # 6 x 6144 + 4096
+    assert fitted(t, 1, 32, "packed", 4) == t  # + 4-byte zero-point words: 6 x 7168 + 4096 = 47104
+    assert fitted(t, 2, 32, "packed", 4) == T.parse("t1w8u1p1s5a")  # two m-tiles: 6 x 7168 + 8192 > 49152
+    assert fitted(t, 2, 128, "packed", 8) == T.parse("t1w8u1p1a")  # 2 x 18432 + 8192
+    assert fitted(T.parse("t1w8u2p1s3a"), 2, 128, "packed", 8) == T.parse("t1w8u2p1")  # 2 x 36864 > 49152
+
+
 def test_tactic_tags():
     for tac in (T(), T(2, 4, 1), T(1, 8, 2, 2), T(2, 8, 1, 1, 3), T(1, 4, 1, 0, 4), T(1, 8, 1, 2, 1, 3), T(2, 4, 1, 1, 2, 4),
-                T(2, 8, 1, minb=4), T(1, 4, 1, 2, 2, 3, 8)):
+                T(2, 8, 1, minb=4), T(1, 4, 1, 2, 2, 3, 8), T.parse("t1w8u2p1s6b4a")):
         assert T.parse(tac.tag) == tac
     assert T().tag == "t1w8u2" and T(2, 8, 1, 1, 3).tag == "t2w8u1p1k3" and T(stages=3).tag == "t1w8u2s3"
     assert T(1, 4, 1, 2, 2, 3, 8).tag == "t1w4u1p2k2s3b8"
@@ -196,7 +220,8 @@ def test_tactic_tags():
     with pytest.raises(ValueError):
         T(pf=3)
     for bad in (dict(ring=1, pf=1, unroll=1), dict(ring=3, pf=0, unroll=1), dict(ring=3, pf=1, unroll=2),
-                dict(ring=3, pf=1, unroll=1, ksplit=2), dict(grid=4, unroll=1, pf=1)):
+                dict(ring=3, pf=1, unroll=1, ksplit=2), dict(grid=4, unroll=1, pf=1), dict(smem=True, unroll=1, pf=2),
+                dict(smem=True, ring=3, unroll=1, pf=1), dict(smem=True, stages=9, pf=1)):
         with pytest.raises(ValueError):
             T(**bad)
 

@@ -3,7 +3,8 @@
 Serves the routes ``gemv_w4``, ``gemv_w8`` and ``gemv_w2`` for fp16/bf16 A (``route_plan``; the
 CUDA-core engine ``core`` serves fp32 A and is the fallback for an A that is not 16-byte aligned).
 The pieces: ``layout`` (the packed weights, built once per ``Weights``), ``mma_source`` /
-``mma_ring`` (the generated kernel: math, decode and thread mapping are described there),
+``mma_ring`` (the generated kernel: math, decode and thread mapping are described there; ``mma_smem`` its
+shared-memory pipeline),
 ``tactics`` (launch shapes: tuned tables, default rule, profiler variants), this module (compiling a
 specialisation, the plans).
 
@@ -20,13 +21,15 @@ from numba import cuda
 from ...arrays import DevArray, to_device
 from ...launch import Kernel
 from .. import intrinsics as _I
+from .. import intrinsics_async as _A
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
 from ..family import Plan
 from .layout import MMA_LAYOUTS, TILE_N, Packed
-from .repack import prepack
 from .mma_ring import gen_ring_source
+from .mma_smem import fitted
 from .mma_source import gen_source
+from .repack import prepack
 from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports
 
 ROUTE = "gemv_mma"
@@ -51,6 +54,9 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
         "f16lo_to_f32": _I.f16lo_to_f32, "f16hi_to_f32": _I.f16hi_to_f32,
         "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence,
     }
+    if tac.smem:
+        ns.update({name: getattr(_A, name) for name in _A.TWINS})
+        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - 1)
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name
@@ -93,6 +99,8 @@ class GemvMmaPlan(Plan):
         else:
             self._ws = weights.dummy(np.float32)
             self._cnt = weights.dummy(np.int32)
+        if tactic.smem:  # the shared-memory ring: resident CTAs need shared memory more than L1
+            k.prefer_shared(100)
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
                                pk.n_super))
@@ -151,7 +159,11 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
         raise ValueError(f"gemv_mma does not support these weights: {weights.describe()}")
     if problem.bits != weights.bits:
         raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
-    tac = tactic or default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
+    tac = tactic
+    if tac is None:
+        tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
+        if tac.smem:  # a tuned shared-memory ring, fitted to this specialisation's shared memory
+            tac = fitted(tac, m_tiles(problem.M), weights.block_size, weights.zp_kind, weights.bits)
     return GemvMmaPlan(weights, problem.M, tac, packed, l2pf)
 
 

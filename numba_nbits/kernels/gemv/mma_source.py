@@ -27,9 +27,10 @@ every ``warps*ksplit``-th, in groups of ``unroll``; the next ``stages - 1`` grou
 the current one is computed (a register ring; 2 stages = double buffering). With ``pf >= 1`` a stage
 also loads its scale words (one 32-bit word per tile per quantisation-block pair, 16 bytes at block 16)
 and zero points, with ``pf = 2`` its activations; otherwise those are loaded when the stage is
-computed. Partial results are summed across warps through shared memory and stored; with ``ksplit
-> 1`` each block writes its slice of a workspace and the last to arrive (atomic counter) sums the
-slices in a fixed order and stores. Lane ``(g, t)`` holds fragment rows ``g`` / ``g + 8`` and columns
+computed. With ``smem`` the stages are slots of a shared-memory ring filled by ``cp.async`` instead
+(``mma_smem``: deeper pipelines at the registers of one stage). Partial results are summed across warps
+through shared memory and stored; with ``ksplit > 1`` each block writes its slice of a workspace and the
+last to arrive (atomic counter) sums the slices in a fixed order and stores. Lane ``(g, t)`` holds fragment rows ``g`` / ``g + 8`` and columns
 ``2t, 2t + 1`` (+8) of each step (``layout``). Every loop over registers is unrolled in the generated
 source, so numba keeps accumulators and fragments in registers. Bias is not fused: the route adds it.
 """
@@ -270,19 +271,32 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(1, f"gw = split * {warps} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
     emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
+    ring = None
+    if tac.smem:  # stages in a shared-memory ring filled by cp.async (``mma_smem``)
+        from .mma_smem import SmemRing
+
+        ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)
+        ring.setup(1)
 
     def load_act(ind, dst, sc):
         emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps)
 
     n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
 
-    def load_stage(indent, p, base_expr):
+    def load_stage(indent, p, base_expr, off=None):
         """Load one pipeline stage (``unroll`` super-chunks): weights; with prefetch >= 1 also scales (and zero
-        points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed)."""
+        points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed).
+        With the shared-memory ring: cp.async of the stage into the slot at byte offset ``off``, one commit."""
         names = []
         for u in range(unroll):
             e(indent, f"scl = {base_expr} + {u * split_warps}")
             e(indent, "if scl < n_super:")
+            if ring is not None:
+                for i in range(TPW):
+                    ring.copy(indent + 1, u, i, off)
+                if l2pf:
+                    emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
+                continue
             zeros = emit_weight_loads(e, indent + 1, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1)
             if l2pf:
                 emit_l2_prefetch(e, indent + 1, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
@@ -294,6 +308,8 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             for suf, z in zeros:
                 e(indent + 1, f"{p}{suf} = {z}")
             names.extend(suf for suf, _ in zeros)
+        if ring is not None:
+            e(indent, "cp_async_commit()")
         return names
 
     def emit_compute(p):
@@ -303,6 +319,9 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             e(2, f"sc_ = base + {u * split_warps}")
             e(2, "if sc_ < n_super:")
             ind = 3
+            if ring is not None:
+                for i in range(TPW):
+                    ring.read(ind, p, u, i, "coff")
             if prefetch >= 2:
                 for mt in range(m_tiles):
                     for G in range(super_groups):
@@ -327,19 +346,32 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
                                    zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"{p}_{u}_{i}_{j}",
                                    bits=bits)
 
-    # register ring: slot s0 is computed, s1 .. s{stages-1} are in flight; rotated at the end of an iteration
-    slots = [f"s{r}" for r in range(stages)]
     step = split_warps * unroll
     e(1, "base = gw")
-    for r in range(stages - 1):
-        load_stage(1, slots[r], f"base + {r * step}")
-    e(1, "while base < n_super:")
-    names = load_stage(2, slots[-1], f"base + {(stages - 1) * step}")
-    emit_compute(slots[0])
-    for r in range(stages - 1):
-        for suf in names:
-            e(2, f"{slots[r]}{suf} = {slots[r + 1]}{suf}")
-    e(2, f"base += {step}")
+    if ring is not None:  # shared-memory ring: slot ``coff`` is computed, the next stages - 1 are in flight
+        sb = ring.slot_bytes
+        for r in range(stages - 1):
+            load_stage(1, None, f"base + {r * step}", f"np.uint32({r * sb})")
+        e(1, f"loff = np.uint32({(stages - 1) * sb})")
+        e(1, "coff = np.uint32(0)")
+        e(1, "while base < n_super:")
+        load_stage(2, None, f"base + {(stages - 1) * step}", "loff")
+        e(2, "cp_async_wait()")
+        emit_compute("q")
+        e(2, "loff = coff")
+        e(2, f"coff = coff + np.uint32({sb}) if coff < np.uint32({(stages - 1) * sb}) else np.uint32(0)")
+        e(2, f"base += {step}")
+    else:  # register ring: slot s0 is computed, s1 .. s{stages-1} are in flight; rotated at the end of an iteration
+        slots = [f"s{r}" for r in range(stages)]
+        for r in range(stages - 1):
+            load_stage(1, slots[r], f"base + {r * step}")
+        e(1, "while base < n_super:")
+        names = load_stage(2, slots[-1], f"base + {(stages - 1) * step}")
+        emit_compute(slots[0])
+        for r in range(stages - 1):
+            for suf in names:
+                e(2, f"{slots[r]}{suf} = {slots[r + 1]}{suf}")
+        e(2, f"base += {step}")
     # cross-warp reduction and store
     e(1, f"red = cuda.shared.array({warps * red_entries}, np.float32)")
     for i in range(TPW):

@@ -108,6 +108,9 @@ class Tactic:
       across tile-group boundaries; needs ``unroll=1``, ``pf=1``, no split-K, 2 stages.
     * ``grid``: with ``ring``, a persistent launch of ``min(groups, grid * SM count)`` CTAs striding
       over the tile groups (0: one CTA per tile group).
+    * ``smem``: the pipeline's ``stages`` are slots of a shared-memory ring filled by ``cp.async``
+      (``mma_smem``; 2..8 stages, ``pf = 1``, not the ring kernel): ``stages - 1`` stages in flight per warp
+      at the registers of one (tag suffix ``a``).
     """
 
     tpw: int = 1
@@ -119,16 +122,19 @@ class Tactic:
     minb: int = 0
     ring: int = 0
     grid: int = 0
+    smem: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
-                or self.stages not in (2, 3, 4) or not 0 <= self.minb <= 32 or not 0 <= self.ring <= 16
-                or not 0 <= self.grid <= 32):
+                or not 2 <= self.stages <= (8 if self.smem else 4) or not 0 <= self.minb <= 32
+                or not 0 <= self.ring <= 16 or not 0 <= self.grid <= 32):
             raise ValueError(f"bad gemv_mma tactic {self}")
         if self.ring and (self.ring < 2 or self.unroll != 1 or self.pf != 1 or self.ksplit != 1 or self.stages != 2):
             raise ValueError(f"gemv_mma ring tactics need ring >= 2, u1, p1, no k/s: {self}")
         if self.grid and not self.ring:
             raise ValueError(f"gemv_mma: a persistent grid (g) needs the ring kernel (r): {self}")
+        if self.smem and (self.ring or self.pf != 1):
+            raise ValueError(f"gemv_mma: a shared-memory pipeline (a) needs pf = 1 and no ring kernel: {self}")
 
     @property
     def tag(self) -> str:
@@ -146,17 +152,19 @@ class Tactic:
             s += f"r{self.ring}"
         if self.grid:
             s += f"g{self.grid}"
+        if self.smem:
+            s += "a"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr = m.groups()
+        t, w, u, p, k, st, b, r, gr, a = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0))
+                      int(gr or 0), bool(a))
 
 
 def _table_path(gpu: str) -> Path:
@@ -276,7 +284,8 @@ def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4) -> T
     d = default_tactic(N, K, block_size, M, bits)
     if d.ring:  # the ring kernel has no split-K: its non-ring equivalent
         d = Tactic(tpw=d.tpw, warps=d.warps, unroll=1, pf=1, minb=d.minb)
-    return Tactic(tpw=d.tpw, warps=d.warps, unroll=d.unroll, pf=d.pf, ksplit=2, stages=d.stages, minb=d.minb)
+    return Tactic(tpw=d.tpw, warps=d.warps, unroll=d.unroll, pf=d.pf, ksplit=2, stages=d.stages, minb=d.minb,
+                  smem=d.smem)
 
 
 def wave_tactic(N: int, K: int, block_size: int, M: int, bits: int, sm_count: int) -> Tactic:
@@ -297,5 +306,10 @@ def tactic(variant: str, weights, problem) -> Tactic:
         raise ValueError(f"GEMV tactic {variant!r} does not serve {problem.describe()}")
     w = weights
     if variant == PAIRED_K:
-        return paired_k_tactic(w.N, w.K, w.block_size, problem.M, w.bits)
+        t = paired_k_tactic(w.N, w.K, w.block_size, problem.M, w.bits)
+        if t.smem:  # the shared-memory pipeline fitted to this specialisation's shared memory
+            from .mma_smem import fitted
+
+            t = fitted(t, m_tiles(problem.M), w.block_size, w.zp_kind, w.bits)
+        return t
     return wave_tactic(w.N, w.K, w.block_size, problem.M, w.bits, sm_count(w.simulated))
