@@ -59,6 +59,14 @@ BF16_MS = (1,)
 # kernel's tactics, then variants that keep <= 64 registers (4 blocks of 8 warps or 8 of 4 = 32 warps per SM)
 # while holding more bytes in flight, then split-K for small N / tails.
 _OLD = ["t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2"]
+# the shared-memory pipeline (``gemv.mma_smem``, suffix ``a``) by (m-tiles, block; 0: both): ``s`` slots, each
+# CTA's ring and reduction within 48 KiB (benchmarks/ptx_stats.py: 44-48 registers, CTAs per SM by shared memory)
+SMEM = {
+    (1, 32): ["t1w8u1p1s4a", "t1w8u1p1s6a", "t1w4u1p1s8a", "t1w4u2p1s6a", "t2w4u1p1s6a", "t1w8u1p1k2s6a",
+              "t1w4u1p1k2s8a"],
+    (1, 128): ["t1w8u1p1s4a", "t1w4u1p1s6a", "t1w4u1p1s8a", "t2w4u1p1s4a", "t1w8u1p1k2s4a", "t1w4u1p1k2s8a"],
+    (2, 0): ["t1w8u1p1s4a", "t1w4u1p1s6a", "t1w4u1p1s8a", "t2w4u1p1s4a"],
+}
 CANDIDATES = {
     (1, 32): _OLD + [
         "t1w8u1p1", "t1w8u1p2", "t1w8u2p1", "t1w8u2p1b4", "t2w8u1b4", "t2w8u1p1b4", "t1w4u2p1",  # prefetch, bounds
@@ -66,32 +74,36 @@ CANDIDATES = {
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w8u2k2", "t1w4u1p2k4", "t1w4u2p1k2", "t1w8u1p1k2s3b4",  # split-K
         # ring kernel (r: items in the register ring, g: persistent CTAs per SM; 64 registers, 32 warps/SM, no spill)
         "t1w8u1p1b4r4", "t1w8u1p1b4r4g4", "t1w8u1p1b4r5g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4", "t1w2u1p1b16r4g16",
+        *SMEM[(1, 32)],  # shared-memory pipeline
     ],
     (1, 128): ["t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2"] + [
         "t1w8u1p1", "t1w8u1p2", "t1w8u2p1b4", "t1w4u1p1", "t2w8u1p1",
         "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w4u1p1s3b8",  # (t1w8u1p2s3b4 spills 152 bytes at block 128)
         "t1w8u1p1k2", "t1w8u1p1k4", "t1w4u1p2k4", "t1w8u1p1k2s3b4", "t1w4u1p1k2s3b8",
         "t1w8u1p1b4r3", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r3g4", "t1w2u1p1b16r3g16",  # ring kernel
+        *SMEM[(1, 128)],
     ],
 }
 CANDIDATES[(2, 32)] = CANDIDATES[(2, 128)] = [
     "t1w8u1", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w4u1p1", "t1w8u1p1b4", "t2w4u1p1",
-    "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2",
+    "t1w4u1p2", "t1w4u1p1s3", "t1w4u1p1s3b8", "t1w8u1p1k2", *SMEM[(2, 0)],
 ]
 # 8-bit (``--bits 8``: two 16-byte loads per tile per 64 k, twice the registers per stage of 4-bit) and 2-bit
 # (``--bits 2``: one 16-byte load per tile per 128 k): candidates by block; M classes as above
 LOW_BIT = {
     8: dict(blocks=(32, 128), ms=(1, 4, 16), cands=[
         "t1w8u1", "t2w8u1", "t1w4u1", "t2w4u1", "t1w8u1p1", "t2w8u1p1", "t1w4u1p1", "t2w4u1p1", "t1w8u1p1b4",
-        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r2g4", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r2g4"]),
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r2g4", "t1w8u1p1b4r3g4", "t1w4u1p1b8r3g8", "t2w4u1p1b4r2g4",
+        "t1w4u1p1s4a", "t1w4u1p1s6a", "t1w8u1p1s3a", "t1w8u1p1a"]),
     2: dict(blocks=(64,), ms=(1, 4, 8), cands=[
         "t1w8u1", "t1w8u2", "t2w8u1", "t2w4u1", "t1w4u2", "t1w8u1p1", "t1w8u2p1", "t2w8u1p1", "t1w8u2p1b4",
-        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r3g4", "t1w8u1p1b4r4g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4"]),
+        "t1w8u1p1s3", "t1w8u1p1k2", "t1w8u1p1b4r3g4", "t1w8u1p1b4r4g4", "t1w4u1p1b8r4g8", "t2w4u1p1b4r4g4",
+        "t1w8u1p1s4a", "t1w8u1p1s6a", "t1w4u1p1s8a", "t1w4u2p1s6a"]),
 }
 #: weight bit width of this run (``--bits``; workers get it on their command line)
 BITS = 4
 CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
-             "t1w8u1p1b4r3g4"]
+             "t1w8u1p1b4r3g4", "t1w8u1p1s4a", "t1w8u1p1s6a", "t1w4u1p1s8a"]
 TINY_SHAPES = [(32, 128)]
 TINY_MS = (1, 4)
 TINY_BLOCKS = (32,)

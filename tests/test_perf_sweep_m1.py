@@ -104,7 +104,7 @@ def test_low_bit_plan_is_sane(bits):
     S = _sweep()
     S.BITS = bits
     specs = S.plan_specs(False)
-    assert len(specs) <= 110
+    assert len(specs) <= 130  # compile budget (8-bit with the shared-memory candidates: 114, about 70 s on an H200)
     for N, K in S.SHAPES:
         for bs in S.LOW_BIT[bits]["blocks"]:
             for M in S.LOW_BIT[bits]["ms"]:
@@ -115,7 +115,7 @@ def test_low_bit_plan_is_sane(bits):
 def test_full_plan_is_sane():
     S = _sweep()
     specs = S.plan_specs(False)
-    assert len(specs) <= 110  # compile budget (~1-3 s each, spread over worker processes)
+    assert len(specs) <= 130  # compile budget (~1-3 s each over worker processes; a 4-bit sweep: ~65 s on an H200)
     for (dtype, MT, bs, tag), cases in specs.items():
         assert G.Tactic.parse(tag).tag == tag  # canonical spelling (field order p, k, s, b)
         assert all((c[4] <= 8) == (MT == 1) and c[2] == bs and c[3] == dtype for c in cases)
