@@ -103,6 +103,16 @@ def super_chunk(block_size: int, bits: int = 4) -> int:
     return max(MMA_LAYOUTS[bits].ks_min, block_size)
 
 
+def sizes(block_size: int, bits: int):
+    """Compile-time sizes of a specialisation: k per super-chunk, its 16-byte weight vectors per lane and
+    tile, k per k-group, 16-k steps per k-group, quantisation blocks per super-chunk, steps per block,
+    k-groups per super-chunk."""
+    super_k = super_chunk(block_size, bits)
+    group_k = min(block_size, 64)
+    return (super_k, n_vectors(bits, super_k), group_k, group_k // 16, super_k // block_size, block_size // 16,
+            super_k // group_k)
+
+
 def geometry(K: int, block_size: int, bits: int = 4):
     """``(KS, KG, n_super, K_pad)`` of a problem: super-chunk, k-group, super-chunks per row, padded K."""
     ks = super_chunk(block_size, bits)

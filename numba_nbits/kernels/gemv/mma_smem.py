@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .mma_source import sizes
+from .layout import sizes
 
 #: static shared memory a CUDA kernel may declare (bytes): the ring and the reduction buffer must fit
 STATIC_SMEM_LIMIT = 48 * 1024

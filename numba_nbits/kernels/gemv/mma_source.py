@@ -37,7 +37,8 @@ source, so numba keeps accumulators and fragments in registers. Bias is not fuse
 from __future__ import annotations
 
 from ...formats import FORMATS
-from .layout import MMA_LAYOUTS, n_vectors, step_planes, super_chunk
+from .layout import MMA_LAYOUTS, sizes, step_planes
+from .mma_smem import SmemRing
 
 # fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte;
 # for the high plane of 8-bit codes: 16.0 pair and -(16 * base) high byte (fp16 -16384 = 0xF400,
@@ -124,16 +125,6 @@ def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: i
         e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
         e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
         e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
-
-
-def sizes(block_size: int, bits: int):
-    """Compile-time sizes of a specialisation: k per super-chunk, its 16-byte weight vectors per lane and
-    tile, k per k-group, 16-k steps per k-group, quantisation blocks per super-chunk, steps per block,
-    k-groups per super-chunk."""
-    super_k = super_chunk(block_size, bits)
-    group_k = min(block_size, 64)
-    return (super_k, n_vectors(bits, super_k), group_k, group_k // 16, super_k // block_size, block_size // 16,
-            super_k // group_k)
 
 
 def emit_head():
@@ -273,8 +264,6 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
     ring = None
     if tac.smem:  # stages in a shared-memory ring filled by cp.async (``mma_smem``)
-        from .mma_smem import SmemRing
-
         ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)
         ring.setup(1)
 
