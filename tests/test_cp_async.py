@@ -13,6 +13,7 @@ from numba_nbits.launch import Kernel, simulated
 
 SIM = simulated()
 _WAIT2 = A.cp_async_wait_for(2)
+_WAIT0 = A.cp_async_wait_for(0)
 
 
 def _copy_kernel(src, bytes8, out):
@@ -30,7 +31,7 @@ def _copy_kernel(src, bytes8, out):
     A.cp_async_commit()
     _WAIT2()
     a, b, c, d = A.lds_v4(base + np.uint32(16 * t))
-    A.cp_async_wait_for(0)()
+    _WAIT0()
     e, f = A.lds_v2(base + np.uint32(512 + 8 * t))
     g = A.lds(base + np.uint32(768 + 4 * t))
     out[7 * t], out[7 * t + 1], out[7 * t + 2], out[7 * t + 3] = a, b, c, d
