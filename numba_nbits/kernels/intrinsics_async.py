@@ -61,7 +61,7 @@ def _smem_view(what: str, saddr, nbytes: int) -> np.ndarray:
             if base <= a and a + nbytes <= base + arr.nbytes:
                 flat = arr.reshape(-1).view(np.uint8)
                 return flat[a - base:a - base + nbytes]
-    raise IndexError(f"{what}: shared address range [{a:#x}, {a + nbytes:#x}) is in no shared array {[(b, x.nbytes) for b, x in _sm90._SMEM.items()]}")
+    raise IndexError(f"{what}: shared address range [{a:#x}, {a + nbytes:#x}) is in no shared array")
 
 
 def _cp_async_twin(n: int):

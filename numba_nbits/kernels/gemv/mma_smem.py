@@ -40,7 +40,10 @@ def slot_fields(TPW: int, unroll: int, vectors: int, super_blocks: int, zp_kind:
     for u in range(unroll):
         for i in range(TPW):
             f += [(f"w_{u}_{i}_{j}", 16) for j in range(vectors)]
-            f += [(f"s_{u}_{i}_{v}", 16) for v in range(2)] if super_blocks == 8 else [(f"s_{u}_{i}_0", 4 * super_blocks)]
+            if super_blocks == 8:  # two 16-byte scale copies
+                f += [(f"s_{u}_{i}_{v}", 16) for v in range(2)]
+            else:
+                f.append((f"s_{u}_{i}_0", 4 * super_blocks))
             if zp_kind == "packed":
                 f.append((f"z_{u}_{i}", max(4, 2 * super_blocks)))
     return f

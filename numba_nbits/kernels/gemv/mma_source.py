@@ -30,8 +30,8 @@ and zero points, with ``pf = 2`` its activations; otherwise those are loaded whe
 computed. With ``smem`` the stages are slots of a shared-memory ring filled by ``cp.async`` instead
 (``mma_smem``: deeper pipelines at the registers of one stage). Partial results are summed across warps
 through shared memory and stored; with ``ksplit > 1`` each block writes its slice of a workspace and the
-last to arrive (atomic counter) sums the slices in a fixed order and stores. Lane ``(g, t)`` holds fragment rows ``g`` / ``g + 8`` and columns
-``2t, 2t + 1`` (+8) of each step (``layout``). Every loop over registers is unrolled in the generated
+last to arrive (atomic counter) sums the slices in a fixed order and stores. Lane ``(g, t)`` holds fragment
+rows ``g`` / ``g + 8`` and columns ``2t, 2t + 1`` (+8) of each step (``layout``). Every loop over registers is unrolled in the generated
 source, so numba keeps accumulators and fragments in registers. Bias is not fused: the route adds it.
 """
 from __future__ import annotations
