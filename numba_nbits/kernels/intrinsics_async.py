@@ -56,12 +56,7 @@ def _smem_view(what: str, saddr, nbytes: int) -> np.ndarray:
     a = int(saddr)
     if a % nbytes:
         raise ValueError(f"{what}: shared address {a:#x} is not {nbytes}-byte aligned")
-    with _sm90._SMEM_LOCK:
-        for base, arr in _sm90._SMEM.items():
-            if base <= a and a + nbytes <= base + arr.nbytes:
-                flat = arr.reshape(-1).view(np.uint8)
-                return flat[a - base:a - base + nbytes]
-    raise IndexError(f"{what}: shared address range [{a:#x}, {a + nbytes:#x}) is in no shared array")
+    return _sm90._smem_bytes(a, nbytes, what)
 
 
 def _cp_async_twin(n: int):
@@ -103,16 +98,7 @@ else:  # pragma: no cover - compiled on a GPU only
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-    _I32 = ir.IntType(32)
-    _I64 = ir.IntType(64)
-
-    def _to_i32(builder, v):
-        w = v.type.width
-        return builder.trunc(v, _I32) if w > 32 else builder.zext(v, _I32) if w < 32 else v
-
-    def _to_i64(builder, v):
-        w = v.type.width
-        return builder.sext(v, _I64) if w < 64 else v
+    from .intrinsics_sm90 import _I32, _I64, _to_i32, _to_i64
 
     @intrinsic
     def smem_addr(typingctx, arr):

@@ -87,14 +87,15 @@ def _smem_desc_py(arr, byte_offset, lbo, sbo):
     return np.uint64(((addr >> 4) & 0x3FFF) | (((int(lbo) >> 4) & 0x3FFF) << 16) | (((int(sbo) >> 4) & 0x3FFF) << 32))
 
 
-def _smem_bytes(addr: int, nbytes: int) -> np.ndarray:
-    """The ``nbytes`` bytes at pretend shared address ``addr`` (within one array)."""
+def _smem_bytes(addr: int, nbytes: int, what: str = "wgmma") -> np.ndarray:
+    """The ``nbytes`` bytes at pretend shared address ``addr`` (within one array; a view: writable);
+    ``what`` names the caller in the error."""
     with _SMEM_LOCK:
         for base, a in _SMEM.items():
             if base <= addr and addr + nbytes <= base + a.nbytes:
                 flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
                 return flat[addr - base:addr - base + nbytes]
-    raise IndexError(f"wgmma: shared address range [{addr:#x}, {addr + nbytes:#x}) is in no shared array")
+    raise IndexError(f"{what}: shared address range [{addr:#x}, {addr + nbytes:#x}) is in no shared array")
 
 
 def _fence_proxy_async_py():

@@ -22,6 +22,7 @@ fails loudly if the simulator's private names it relies on have changed.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -220,8 +221,6 @@ def _strict_setitem(orig):
 def _strict_alloc(orig, shared: bool):
     def array(self, shape, dtype, alignment=None):
         if shared and shape != 0 and alignment is None:  # static: one array per declaring line (as the simulator)
-            import sys
-
             from numba.cuda import types
             from numba.cuda.np import numpy_support
 

@@ -80,6 +80,7 @@ class SmemRing:
         self.e, self.zp_kind, self.depth = e, zp_kind, tac.stages
         self.offs, o = {}, 0
         self.fields = slot_fields(tac.tpw, tac.unroll, self.vectors, self.super_blocks, zp_kind)
+        self.width = dict(self.fields)
         for name, w in self.fields:
             self.offs[name] = o
             o += 32 * tac.warps * w
@@ -91,12 +92,11 @@ class SmemRing:
         e = self.e
         e(ind, f"ring = cuda.shared.array({self.ring_bytes // 4}, np.uint32)")
         e(ind, "tid = np.uint32(cuda.threadIdx.x)")
-        for w in sorted({w for _, w in self.fields}):
+        for w in sorted(set(self.width.values())):
             e(ind, f"me{w} = smem_addr(ring) + tid * np.uint32({w})")
 
     def _addr(self, name: str, off: str) -> str:
-        w = dict(self.fields)[name]
-        return f"me{w} + {off} + np.uint32({self.offs[name]})"
+        return f"me{self.width[name]} + {off} + np.uint32({self.offs[name]})"
 
     def copy(self, ind: int, u: int, i: int, off: str) -> None:
         """cp.async of super-chunk ``scl`` of tile ``i`` (``u``-th of the stage) into the slot at byte offset
