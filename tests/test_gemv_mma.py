@@ -110,7 +110,7 @@ else:  # one compile per case: (dtype, zero points) cycle over tactic x block x 
     _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
     VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
                 for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4",
-                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4", "t1w8u1p1s4a", "t1w4u1p1k2s6a")
+                            "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4", "t1w8u1p1s3a", "t1w4u1p1k2s6a")
                 for bs in (16, 32, 128) for M in (1, 16)]
 
 
@@ -199,13 +199,35 @@ def test_smem_tactic_fitted_to_shared_memory():
     from numba_nbits.kernels.gemv.mma_smem import fitted, smem_bytes
 
     t = T.parse("t1w8u1p1s6a")
-    assert smem_bytes(t, 1, 128, "none", 4) == (6 * 256 * 36, 8 * 4 * 32 * 4)
+    assert smem_bytes(t, 1, 128, "none", 4) == (6 * 256 * 36 + 16, 8 * 4 * 32 * 4)  # + the 16-byte alignment pad
     assert fitted(t, 1, 128, "none", 4) == T.parse("t1w8u1p1s4a")  # 4 x 9216 + 4096
     assert fitted(t, 1, 32, "none", 4) == t  # 6 x 6144 + 4096
     assert fitted(t, 1, 32, "packed", 4) == t  # + 4-byte zero-point words: 6 x 7168 + 4096 = 47104
     assert fitted(t, 2, 32, "packed", 4) == T.parse("t1w8u1p1s5a")  # two m-tiles: 6 x 7168 + 8192 > 49152
     assert fitted(t, 2, 128, "packed", 8) == T.parse("t1w8u1p1a")  # 2 x 18432 + 8192
     assert fitted(T.parse("t1w8u2p1s3a"), 2, 128, "packed", 8) == T.parse("t1w8u2p1")  # 2 x 36864 > 49152
+
+
+@pytest.mark.skipif(not SIM, reason="moves the simulator's pretend shared-memory window")
+def test_smem_ring_rounds_its_base_to_16_bytes(rng):
+    """The ring's base is rounded up to 16 bytes in the kernel: a static shared array is only as aligned as
+    its declaration (numba-cuda-mlir placed another shared variable first and the ring's 16-byte cp.async
+    faulted on the H200). Here every pretend shared array starts 4 bytes past a 16-byte boundary; the
+    cp.async / ld.shared twins refuse a misaligned address, so an unrounded base fails this test."""
+    from numba_nbits.kernels import intrinsics_sm90 as S
+
+    def reset(start):
+        with S._SMEM_LOCK:
+            S._SMEM.clear()
+            S._NEXT[0] = start
+
+    reset(20)
+    try:
+        w, A, ref = _make(rng, 24, 320, 32, "float16", "packed", 2)
+        _check(_run(w, A, 2, T.parse("t1w1u1p1s3a")), ref, "float16")
+        assert S._SMEM and all(base % 16 == 4 for base in S._SMEM)
+    finally:
+        reset(16)
 
 
 def test_tactic_tags():

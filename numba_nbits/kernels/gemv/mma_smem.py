@@ -32,6 +32,11 @@ from .layout import sizes
 
 #: static shared memory a CUDA kernel may declare (bytes): the ring and the reduction buffer must fit
 STATIC_SMEM_LIMIT = 48 * 1024
+#: bytes the ring array has beyond its slots: its base is rounded up to 16 bytes in the kernel, since neither
+#: compiler aligns a static shared array to more than its element (numba-cuda declares ``.align 4``,
+#: numba-cuda-mlir ``.align 8`` and may place another shared variable first), and ``cp.async`` of 16 bytes and
+#: ``ld.shared.v4`` fault on an address that is not a multiple of 16
+RING_ALIGN_PAD = 16
 
 
 def slot_fields(TPW: int, unroll: int, vectors: int, super_blocks: int, zp_kind: str) -> list:
@@ -50,10 +55,10 @@ def slot_fields(TPW: int, unroll: int, vectors: int, super_blocks: int, zp_kind:
 
 
 def smem_bytes(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple[int, int]:
-    """``(ring bytes, reduction bytes)`` of a specialisation's shared memory."""
+    """``(ring bytes, reduction bytes)`` of a specialisation's shared memory (the ring with its alignment pad)."""
     _, vectors, _, _, super_blocks, _, _ = sizes(block_size, bits)
     slot = 32 * tac.warps * sum(w for _, w in slot_fields(tac.tpw, tac.unroll, vectors, super_blocks, zp_kind))
-    return tac.stages * slot, tac.warps * tac.tpw * m_tiles * 4 * 32 * 4
+    return tac.stages * slot + RING_ALIGN_PAD, tac.warps * tac.tpw * m_tiles * 4 * 32 * 4
 
 
 def fitted(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int):
@@ -88,12 +93,14 @@ class SmemRing:
         self.ring_bytes = ring_b
 
     def setup(self, ind: int) -> None:
-        """The ring array and the lane's base address per field width (``me{w}``)."""
+        """The ring array, its base rounded up to 16 bytes (``RING_ALIGN_PAD``) and the lane's base address per
+        field width (``me{w}``)."""
         e = self.e
         e(ind, f"ring = cuda.shared.array({self.ring_bytes // 4}, np.uint32)")
+        e(ind, "rbase = (smem_addr(ring) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
         e(ind, "tid = np.uint32(cuda.threadIdx.x)")
         for w in sorted(set(self.width.values())):
-            e(ind, f"me{w} = smem_addr(ring) + tid * np.uint32({w})")
+            e(ind, f"me{w} = rbase + tid * np.uint32({w})")
 
     def _addr(self, name: str, off: str) -> str:
         return f"me{self.width[name]} + {off} + np.uint32({self.offs[name]})"
