@@ -1,6 +1,7 @@
 """numba-cuda against numba-cuda-mlir, side by side in one run (``NUMBA_NBITS_BACKEND``, see ``backend.py``).
 
     python -m benchmarks.backend_compare [--budget-s 240] [--backends numba,mlir] [--path NAME=DIR[:DIR...]]
+                                         [--routes auto|ROUTE,...]
 
 The backend is read once per process, so each backend runs in a worker process of its own
 (``--worker NAME``) with ``NUMBA_NBITS_BACKEND=NAME`` and an empty compiled-kernel cache directory (every
@@ -83,7 +84,13 @@ def _launch_host_us(launches: int) -> float:
     return statistics.median(per)
 
 
-def worker(name: str, out: Path, budget_s: float, launches: int) -> int:
+def perf_args(name: str, out: Path, budget_s: float, routes: str | None = None) -> list[str]:
+    """The quick perf run of backend ``name``'s worker (``--routes`` passed on when given)."""
+    return (["--quick", "--no-peers", "--budget-s", str(budget_s), "--out", str(out / f"perf-{name}")]
+            + (["--routes", routes] if routes else []))
+
+
+def worker(name: str, out: Path, budget_s: float, launches: int, routes: str | None = None) -> int:
     from numba_nbits import backend
 
     assert backend.NAME == name, f"worker {name} runs with NUMBA_NBITS_BACKEND={backend.NAME}"
@@ -91,7 +98,7 @@ def worker(name: str, out: Path, budget_s: float, launches: int) -> int:
     _timed_ensure(compiles)
     from numba_nbits.perf import cli
 
-    rc = cli.main(["--quick", "--no-peers", "--budget-s", str(budget_s), "--out", str(out / f"perf-{name}")])
+    rc = cli.main(perf_args(name, out, budget_s, routes))
     if rc:
         return rc
     result = {"backend": name, "version": backend.version(), "perf_rc": rc, "compiles": compiles,
@@ -171,13 +178,14 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="numba,mlir")
     p.add_argument("--budget-s", type=float, default=240.0, help="per backend: the quick perf run's budget")
     p.add_argument("--launches", type=int, default=20000)
+    p.add_argument("--routes", help="the perf run's --routes (default: its own, every eligible route)")
     p.add_argument("--path", action="append", default=[], metavar="NAME=DIRS",
                    help="extra PYTHONPATH entries (os.pathsep-separated) for backend NAME's worker only")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        return worker(a.worker, a.out, a.budget_s, a.launches)
+        return worker(a.worker, a.out, a.budget_s, a.launches, a.routes)
     out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results" /
                f"{datetime.date.today().isoformat()}-backend-compare")
     out.mkdir(parents=True, exist_ok=True)
@@ -191,6 +199,7 @@ def main(argv=None) -> int:
                 env["PYTHONPATH"] = os.pathsep.join(x for x in (paths[n], os.environ.get("PYTHONPATH", "")) if x)
             cmd = [sys.executable, "-m", "benchmarks.backend_compare", "--worker", n, "--out", str(out),
                    "--budget-s", str(a.budget_s), "--launches", str(a.launches)]
+            cmd += ["--routes", a.routes] if a.routes else []
             t = time.time()
             r = subprocess.run(cmd, env=env, cwd=ROOT)
             print(f"worker {n}: rc {r.returncode} in {time.time() - t:.0f} s", file=sys.stderr)

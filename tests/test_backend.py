@@ -332,6 +332,18 @@ def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
     assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
 
 
+def test_backend_compare_passes_routes_to_the_perf_run(tmp_path):
+    """``--routes`` reaches each worker's quick perf run as its own ``--routes``; without it the perf run keeps
+    its default (every eligible route)."""
+    from benchmarks import backend_compare as bc
+    from numba_nbits.perf import cli
+
+    args = bc.perf_args("mlir", tmp_path, 90.0, "auto")
+    assert args[-2:] == ["--routes", "auto"] and str(tmp_path / "perf-mlir") in args
+    assert cli.parse(args).routes == ["auto"]
+    assert "--routes" not in bc.perf_args("numba", tmp_path, 90.0)
+
+
 def test_backend_compare_paths_per_backend():
     """``--path NAME=DIRS``: extra PYTHONPATH entries for one backend's worker; a bad item is an error naming it."""
     from benchmarks import backend_compare as bc
