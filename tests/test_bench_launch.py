@@ -48,3 +48,11 @@ def test_launch_floor_needs_a_gpu(tmp_path):
         return
     p = _run(["benchmarks.launch_floor"], tmp_path, NUMBA_ENABLE_CUDASIM="1")
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr and not (tmp_path / "launch_floor.csv").exists()
+
+
+def test_graph_launch_gpu_checks_its_arguments_and_needs_a_gpu(tmp_path):
+    p = _run(["benchmarks.graph_launch_gpu", "--launches", "5"], tmp_path)
+    assert p.returncode == 2 and "--launches must be >= 10" in p.stderr
+    if SIMULATED:
+        p = _run(["benchmarks.graph_launch_gpu"], tmp_path, NUMBA_ENABLE_CUDASIM="1")
+        assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr and not (tmp_path / "graph_launch_gpu.csv").exists()
