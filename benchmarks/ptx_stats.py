@@ -9,8 +9,10 @@
     python -m benchmarks.ptx_stats --sass t1w8u2p1,32,1 ...   (also the SASS of the GEMV's main loop: its
                                                   instruction count and opcode histogram, via nvdisasm)
 
-numba compiles the kernel to PTX for sm_90 through NVVM (no driver needed: the current-device
-lookup of device functions is pointed at a fake cc-9.0 device), then ``ptxas -v -arch=sm_90a``
+The compiler ``NUMBA_NBITS_BACKEND`` selects (numba-cuda, or numba-cuda-mlir with ``=mlir``: the two can be
+compared kernel by kernel, ``backend=`` in each line) compiles the kernel to PTX for sm_90 (no driver needed:
+numba-cuda's current-device lookup of device functions is pointed at a fake cc-9.0 device, numba-cuda-mlir's
+compute-capability cache is primed with 9.0), then ``ptxas -v -arch=sm_90a``
 (found on PATH or under /usr/local/cuda*/bin; an older ptxas gets the PTX ``.version`` lowered)
 reports registers and spill bytes. Occupancy = blocks of ``32 * warps`` threads per SM by registers
 (65536 per SM, allocated per warp in units of 256) and by shared memory (228 KB), at most 32 blocks
@@ -95,6 +97,9 @@ def main_loop(sass: str) -> dict:
 
 
 def _fake_device():
+    """Let the compilers build for a compute-capability 9.0 device without one: numba-cuda's lookup of the
+    current device for device functions is pointed at a fake device and, when ``NUMBA_NBITS_BACKEND`` selects
+    numba-cuda-mlir, its private compute-capability cache is primed with 9.0 (it asks the device even for PTX)."""
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     import numba.cuda.dispatcher as _d
 
@@ -102,14 +107,26 @@ def _fake_device():
         compute_capability = (9, 0)
 
     _d.get_current_device = lambda: _Dev()
+    from numba_nbits import backend
+
+    if backend.compiler() == "mlir":
+        from numba_cuda_mlir import tools
+
+        if tools._cached_cc is None:
+            tools._cached_cc = (9, 0)
 
 
 def _kernel_ptx(k) -> str:
-    """PTX for sm_90 of a ``launch.Kernel`` (its jit options that change code generation kept)."""
+    """PTX for sm_90 of a ``launch.Kernel`` (its jit options that change code generation kept), from the
+    compiler ``NUMBA_NBITS_BACKEND`` selects (``backend.py``)."""
+    from numba_nbits import backend
+
+    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
+    if backend.compiler() == "mlir":
+        return backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0), **opts)
     from numba import cuda
     from numba.cuda import types
 
-    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
     ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
     return ptx
 
@@ -168,7 +185,10 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
 def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False) -> dict:
     t = time.time()
     tac, ptx = compile_ptx(tag, bs, MT, dtype, bits)
-    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "compile_s": round(time.time() - t, 2)}
+    from numba_nbits import backend
+
+    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "backend": backend.compiler(),
+           "compile_s": round(time.time() - t, 2)}
     ps = ptxas_stats(ptx, sass)
     out.update(ps)
     if "error" in ps:

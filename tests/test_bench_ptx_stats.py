@@ -1,6 +1,8 @@
-"""``benchmarks/ptx_stats.py --sass``: the main-loop count of a kernel's SASS (no GPU, no nvdisasm needed here:
-the parser runs on a hand-written listing in ``nvdisasm -c`` format)."""
+"""``benchmarks/ptx_stats.py``: the main-loop count of a kernel's SASS (``--sass``; no GPU, no nvdisasm needed here:
+the parser runs on a hand-written listing in ``nvdisasm -c`` format) and the PTX it reads from either compiler."""
 from __future__ import annotations
+
+import pytest
 
 SASS = """
         /*0000*/                   LDC R1, c[0x0][0x28] ;
@@ -46,3 +48,26 @@ def test_the_tensor_core_loop_wins_over_a_longer_one():
 
 def test_no_backward_branch_no_loop():
     assert main_loop(SASS.replace("`(.L_x_4)", "`(.L_x_5)").replace("`(.L_x_3)", "`(.L_x_5)")) == {}
+
+
+@pytest.mark.parametrize("compiler", ["numba", "mlir"])
+def test_ptx_of_a_gemv_from_either_compiler(compiler):
+    """``NUMBA_NBITS_BACKEND`` picks the compiler whose PTX ptx_stats reads (no GPU needed), so the two can be
+    compared kernel by kernel."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import pythonpath_with
+
+    if compiler == "mlir":
+        pytest.importorskip("numba_cuda_mlir")
+    code = ("from benchmarks import ptx_stats as p; from numba_nbits import backend; "
+            "tac, ptx = p.compile_ptx('t1w1u1', 32, 1, 'float16'); "
+            "print(backend.compiler(), tac.tag, '.entry' in ptx, 'mma.sync.aligned.m16n8k16' in ptx)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_NBITS_BACKEND=compiler, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(root))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=root,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == [compiler, "t1w1u1", "True", "True"], r.stdout
