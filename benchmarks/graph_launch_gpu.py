@@ -14,7 +14,7 @@ around the batch, the host time from the clock around the launching loop; each f
 batches after 50 launches of warm-up. With short spins the host is the bound (GPU time = host time); with long
 ones the GPU is, and the GPU time per launch shows what each kind of launch costs the GPU between kernels.
 Prints one line per spin length; writes ``$OUT/graph_launch_gpu.csv`` when ``$OUT`` is set. Needs a CUDA GPU
-and cuda-bindings, nothing else.
+and cuda-bindings (errors through ``numba_nbits.launch.check``).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import sys
 import time
 
 from benchmarks.common import write_out_csv
+from numba_nbits.launch import check
 
 FIELDS = ["cycles", "kernel_gpu_us", "kernel_host_us", "graph1_gpu_us", "graph1_host_us", "graph10_gpu_us_per_node",
           "graph10_host_us_per_graph"]
@@ -42,27 +43,18 @@ L: mov.u64 %r3, %clock64; sub.u64 %r4, %r3, %r2; setp.lt.u64 %p, %r4, %r1; @%p b
 """
 
 
-def _ok(result, what: str):
-    """The value(s) after a cuda-bindings call's CUresult; raises RuntimeError naming ``what`` on an error."""
-    from cuda.bindings import driver as d
-
-    if result[0] != d.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{what} failed: {result[0]}")
-    return result[1] if len(result) == 2 else result[1:]
-
-
 class Bench:
     def __init__(self):
         from cuda.bindings import driver as d
 
         self.d = d
-        _ok(d.cuInit(0), "cuInit")
-        ctx = _ok(d.cuDevicePrimaryCtxRetain(_ok(d.cuDeviceGet(0), "cuDeviceGet")), "cuDevicePrimaryCtxRetain")
-        _ok(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        self.f = _ok(d.cuModuleGetFunction(_ok(d.cuModuleLoadData(PTX), "cuModuleLoadData"), b"spin"),
+        check(d.cuInit(0), "cuInit")
+        ctx = check(d.cuDevicePrimaryCtxRetain(check(d.cuDeviceGet(0), "cuDeviceGet")), "cuDevicePrimaryCtxRetain")
+        check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self.f = check(d.cuModuleGetFunction(check(d.cuModuleLoadData(PTX), "cuModuleLoadData"), b"spin"),
                      "cuModuleGetFunction")
-        self.stream = int(_ok(d.cuStreamCreate(1), "cuStreamCreate"))
-        self.e0, self.e1 = _ok(d.cuEventCreate(0), "cuEventCreate"), _ok(d.cuEventCreate(0), "cuEventCreate")
+        self.stream = int(check(d.cuStreamCreate(1), "cuStreamCreate"))
+        self.e0, self.e1 = check(d.cuEventCreate(0), "cuEventCreate"), check(d.cuEventCreate(0), "cuEventCreate")
         self._keep = []
 
     def params(self, cycles: int) -> int:
@@ -77,14 +69,14 @@ class Bench:
 
     def graph(self, addr: int, nodes: int):
         d = self.d
-        _ok(d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        check(d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
             "cuStreamBeginCapture")
         for _ in range(nodes):
-            _ok((self.launch(addr)[0], None), "cuLaunchKernel (capture)")
-        g = _ok(d.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
-        ge = _ok(d.cuGraphInstantiate(g, 0), "cuGraphInstantiate")
-        _ok((d.cuGraphUpload(ge, self.stream)[0], None), "cuGraphUpload")
-        _ok((d.cuStreamSynchronize(self.stream)[0], None), "cuStreamSynchronize")
+            check(self.launch(addr), "cuLaunchKernel (capture)")
+        g = check(d.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+        ge = check(d.cuGraphInstantiate(g, 0), "cuGraphInstantiate")
+        check(d.cuGraphUpload(ge, self.stream), "cuGraphUpload")
+        check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         return ge
 
     def timed(self, fn, n: int) -> tuple[float, float]:
@@ -92,17 +84,17 @@ class Bench:
         d = self.d
         for _ in range(50):
             fn()
-        _ok((d.cuStreamSynchronize(self.stream)[0], None), "cuStreamSynchronize")
+        check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         gpu, host = [], []
         for _ in range(5):
-            _ok((d.cuEventRecord(self.e0, self.stream)[0], None), "cuEventRecord")
+            check(d.cuEventRecord(self.e0, self.stream), "cuEventRecord")
             t = time.perf_counter()
             for _ in range(n):
                 fn()
             h = time.perf_counter() - t
-            _ok((d.cuEventRecord(self.e1, self.stream)[0], None), "cuEventRecord")
-            _ok((d.cuEventSynchronize(self.e1)[0], None), "cuEventSynchronize")
-            gpu.append(_ok(d.cuEventElapsedTime(self.e0, self.e1), "cuEventElapsedTime") * 1000 / n)
+            check(d.cuEventRecord(self.e1, self.stream), "cuEventRecord")
+            check(d.cuEventSynchronize(self.e1), "cuEventSynchronize")
+            gpu.append(check(d.cuEventElapsedTime(self.e0, self.e1), "cuEventElapsedTime") * 1000 / n)
             host.append(h * 1e6 / n)
         return statistics.median(gpu), statistics.median(host)
 
@@ -136,8 +128,9 @@ def main(argv=None) -> int:
     for c in a.cycles:
         r = b.row(c, a.launches)
         rows.append(r)
-        print(f"cycles={c:6d}  kernel launch: gpu {r['kernel_gpu_us']:6.2f} us/launch host {r['kernel_host_us']:5.2f} | "
-              f"1-node graph: gpu {r['graph1_gpu_us']:6.2f} host {r['graph1_host_us']:5.2f} | 10-node graph: "
+        print(f"cycles={c:6d}  kernel launch: gpu {r['kernel_gpu_us']:6.2f} us/launch "
+              f"host {r['kernel_host_us']:5.2f} | 1-node graph: gpu {r['graph1_gpu_us']:6.2f} "
+              f"host {r['graph1_host_us']:5.2f} | 10-node graph: "
               f"gpu/node {r['graph10_gpu_us_per_node']:6.2f} host/graph {r['graph10_host_us_per_graph']:5.2f}",
               flush=True)
     write_out_csv("graph_launch_gpu.csv", FIELDS, rows)
