@@ -82,7 +82,7 @@ class SmemRing:
             raise ValueError(f"gemv_mma {tac.tag}: shared-memory ring {ring_b} B + reduction {red_b} B > "
                              f"{STATIC_SMEM_LIMIT} B (fewer stages, warps, tiles or super-chunks per stage)")
         _, self.vectors, _, _, self.super_blocks, _, _ = sizes(block_size, bits)
-        self.e, self.zp_kind, self.depth = e, zp_kind, tac.stages
+        self.e, self.zp_kind = e, zp_kind
         self.offs, o = {}, 0
         self.fields = slot_fields(tac.tpw, tac.unroll, self.vectors, self.super_blocks, zp_kind)
         self.width = dict(self.fields)
