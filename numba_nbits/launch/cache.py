@@ -304,7 +304,7 @@ class _KernelCache:
             fp += f";process={os.getpid()}"
         h = hashlib.sha256()
         for part in (_CACHE_FORMAT, _sources_fingerprint(), self.toolchain(), k.name, repr(k.argtypes),
-                     fingerprint(dict(k.options)), fp):
+                     fingerprint(dict(k.options)), repr(k.snap), fp):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
 

@@ -55,14 +55,24 @@ class Kernel:
 
     ``argtypes`` are numba types (arrays as ``types.float16[:, ::1]`` etc.; scalars as
     ``types.int64`` / ``types.float32``). ``options`` go to ``cuda.jit`` (GPU-only keywords are
-    dropped under the simulator, whose ``jit`` rejects them).
+    dropped under the simulator, whose ``jit`` rejects them). ``snap=(threads, slack)``: occupancy
+    snapping for blocks of ``threads`` threads (GPU only; ``occupancy.snap_target``, ``_snap``).
     """
 
-    def __init__(self, pyfunc, argtypes: Sequence[Any], name: str | None = None, **options):
+    def __init__(self, pyfunc, argtypes: Sequence[Any], name: str | None = None, *,
+                 snap: tuple[int, int] | None = None, **options):
         self.pyfunc = pyfunc
         self.argtypes = tuple(argtypes)
         self.name = name or pyfunc.__name__
         self.options = options
+        if snap is not None:
+            threads, slack = (int(x) for x in snap)
+            if threads < 1 or slack < 0 or "max_registers" in options:
+                raise ValueError(f"{self.name}: snap takes (threads per block >= 1, slack >= 0) and no "
+                                 f"max_registers, got {snap} with {sorted(options)}")
+            snap = (threads, slack)
+        self.snap = snap  # occupancy snapping (``occupancy.snap_target``), GPU only
+        self.snapped = None  # what snapping did: a sentence; None when not asked, simulated or loaded from the cache
         self._disp = None
         self._func = None
         self._cufunc = None  # numba's Function of the loaded module (kept: it owns the module); None: driver-loaded
@@ -89,6 +99,8 @@ class Kernel:
                     else:
                         disp, cufunc, image = backend.compile_kernel(self.pyfunc, self.argtypes, self.options,
                                                                      _current_cc)
+                        if self.snap is not None:
+                            disp, cufunc, image = self._snap(disp, cufunc, image)
                         if self._func is None:  # loads the module now, not at launch
                             if cufunc is not None:
                                 self._set_function(cufunc)
@@ -97,6 +109,29 @@ class Kernel:
                         self._image = image
                         self._disp = disp
         return self._disp
+
+    def _snap(self, disp, cufunc, image):
+        """Occupancy snapping (``occupancy`` module docstring): the build to keep of ``(disp, cufunc, image)``
+        and, when its registers are at most ``slack`` over an occupancy step, the same kernel compiled with
+        ``max_registers`` at the step; the capped build is kept when the driver reports more resident blocks
+        per SM for it and it needs no more local memory (spills). ``self.snapped`` says what happened."""
+        from .occupancy import snap_target
+
+        threads, slack = self.snap
+        regs, local, blocks = _resources(cufunc, image, threads)
+        target = snap_target(regs, threads, slack)
+        if target is None:
+            self.snapped = f"{regs} registers, {blocks} blocks per SM: no step within {slack} registers"
+            return disp, cufunc, image
+        opts = dict(self.options, max_registers=target)
+        d2, c2, i2 = backend.compile_kernel(self.pyfunc, self.argtypes, opts, _current_cc)
+        regs2, local2, blocks2 = _resources(c2, i2, threads)
+        if blocks2 > blocks and local2 <= local:
+            self.snapped = f"{regs} -> {regs2} registers: {blocks} -> {blocks2} blocks per SM"
+            return d2, c2, i2
+        self.snapped = (f"kept {regs} registers ({blocks} blocks per SM): at {target} the kernel had "
+                        f"{blocks2} blocks per SM and {local2} bytes of local memory against {local}")
+        return disp, cufunc, image
 
     def ensure(self) -> None:
         """Make the kernel launchable: on a GPU load its cubin from the kernel cache or compile it (and
@@ -188,11 +223,7 @@ class Kernel:
         ``CUfunction`` of the current context: ``cuKernelGetFunction``)."""
         drv = _drv()
         attr = getattr(drv.CUfunction_attribute, name)
-        res = drv.cuFuncSetAttribute(self._func, attr, value)
-        if int(res[0]) == int(drv.CUresult.CUDA_ERROR_INVALID_HANDLE):
-            fn = check(drv.cuKernelGetFunction(drv.CUkernel(int(self._func))), "cuKernelGetFunction")
-            res = drv.cuFuncSetAttribute(fn, attr, value)
-        check(res, f"cuFuncSetAttribute({what})")
+        check(drv.cuFuncSetAttribute(_query_handle(self._func), attr, value), f"cuFuncSetAttribute({what})")
 
     def registers(self) -> int:
         """Registers per thread of the compiled kernel (GPU only)."""
@@ -205,6 +236,44 @@ class Kernel:
 
     def bind(self, grid, block, args: Sequence[Any], shared_mem: int = 0) -> "Launch":
         return Launch(self, grid, block, args, shared_mem)
+
+
+def _query_handle(func):
+    """A ``CUfunction`` for attribute and occupancy queries: ``func`` itself, or the current context's
+    function of a library kernel (numba-cuda loads its cubins as ``CUkernel`` handles)."""
+    drv = _drv()
+    res = drv.cuFuncGetAttribute(drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, func)
+    if int(res[0]) == int(drv.CUresult.CUDA_ERROR_INVALID_HANDLE):
+        return check(drv.cuKernelGetFunction(drv.CUkernel(int(func))), "cuKernelGetFunction")
+    check(res, "cuFuncGetAttribute(num regs)")
+    return func
+
+
+def _resources(cufunc, image, threads: int) -> tuple[int, int, int]:
+    """(registers per thread, local bytes per thread, resident blocks of ``threads`` per SM) of one build:
+    numba-cuda's loaded ``cufunc``, or numba-cuda-mlir's ``(entry, cubin)`` loaded here for the query and
+    unloaded after it."""
+    drv = _drv()
+    module = None
+    if cufunc is not None:
+        func = _query_handle(drv.CUfunction(int(cufunc.handle)))
+    else:
+        _make_context_current()
+        entry, cubin = image
+        blob = bytes(cubin)
+        module = check(drv.cuModuleLoadData(blob), "cuModuleLoadData(snap)")
+        func = check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+    try:
+        attr = drv.CUfunction_attribute
+        regs = check(drv.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, func), "cuFuncGetAttribute(regs)")
+        local = check(drv.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, func),
+                      "cuFuncGetAttribute(local)")
+        blocks = check(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(func, threads, 0),
+                       "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    finally:
+        if module is not None:
+            check(drv.cuModuleUnload(module), "cuModuleUnload(snap)")
+    return int(regs), int(local), int(blocks)
 
 
 def _layout_of(argtypes):

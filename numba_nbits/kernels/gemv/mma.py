@@ -20,6 +20,7 @@ from numba import cuda
 
 from ...arrays import DevArray, to_device
 from ...launch import Kernel
+from ...launch.occupancy import register_cap
 from .. import intrinsics as _I
 from .. import intrinsics_async as _A
 from ..codegen import load_source
@@ -63,8 +64,23 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
                 array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
-    opts = {"launch_bounds": (32 * tac.warps, tac.minb)} if tac.minb else {}
-    return Kernel(fn, argtypes, name=name, fastmath=False, **opts)
+    return Kernel(fn, argtypes, name=name, fastmath=False, **register_options(tac))
+
+
+#: occupancy snapping of the tactics without a register cap: registers a kernel may give up to reach the next
+#: resident CTA per SM (``launch.occupancy``). The tactic tables were fitted to numba-cuda's register counts;
+#: numba-cuda-mlir's differ by a few for the same source, and one over a step costs a CTA per SM.
+SNAP_SLACK = 2
+
+
+def register_options(tac: Tactic) -> dict:
+    """``Kernel`` options for ``tac``'s registers: ``minb`` > 0 is ``max_registers`` at
+    ``occupancy.register_cap`` (``minb`` CTAs of ``32 * warps`` threads per SM), else occupancy snapping
+    (``snap``, ``SNAP_SLACK``)."""
+    threads = 32 * tac.warps
+    if tac.minb:
+        return {"max_registers": register_cap(threads, tac.minb)}
+    return {"snap": (threads, SNAP_SLACK)}
 
 
 class GemvMmaPlan(Plan):
