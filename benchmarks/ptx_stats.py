@@ -14,7 +14,8 @@ compared kernel by kernel, ``backend=`` in each line) compiles the kernel to PTX
 numba-cuda's current-device lookup of device functions is pointed at a fake cc-9.0 device, numba-cuda-mlir's
 compute-capability cache is primed with 9.0), then ``ptxas -v -arch=sm_90a``
 (found on PATH or under /usr/local/cuda*/bin; an older ptxas gets the PTX ``.version`` lowered)
-reports registers and spill bytes. Occupancy = blocks of ``32 * warps`` threads per SM by registers
+reports registers and spill bytes (a kernel's ``max_registers`` passed as ``-maxrregcount``, its occupancy
+snapping modelled: ``snapped_ptxas_stats``). Occupancy = blocks of ``32 * warps`` threads per SM by registers
 (65536 per SM, allocated per warp in units of 256) and by shared memory (228 KB), at most 32 blocks
 and 64 warps; waves = blocks / (132 * that) at M=1 for 28672 rows. With ``--sass`` the cubin is
 disassembled (``nvdisasm``: on PATH, under /usr/local/cuda*/bin, or from the ``nvidia-cuda-nvdisasm`` wheel)
@@ -121,7 +122,7 @@ def _kernel_ptx(k) -> str:
     compiler ``NUMBA_NBITS_BACKEND`` selects (``backend.py``)."""
     from numba_nbits import backend
 
-    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}
+    opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}  # max_registers: ptxas
     if backend.compiler() == "mlir":
         return backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0), **opts)
     from numba import cuda
@@ -132,20 +133,45 @@ def _kernel_ptx(k) -> str:
 
 
 def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
+    """(tactic, PTX, ``launch.Kernel``) of one GEMV specialisation (zero points none)."""
     _fake_device()
     from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
     from numba_nbits.kernels.gemv.tactics import Tactic
 
     tac = Tactic.parse(tag)
-    return tac, _kernel_ptx(gemv_mma_kernel(dtype, MT, tac, bs, "none", bits))
+    k = gemv_mma_kernel(dtype, MT, tac, bs, "none", bits)
+    return tac, _kernel_ptx(k), k
 
 
-def ptxas_stats(ptx: str, sass: bool = False) -> dict:
-    """``ptxas -v -arch=sm_90a`` of ``ptx``: regs, spill (store bytes), smem (static bytes), or error; with
-    ``sass`` also ``main_loop`` / ``loop_ops`` of the cubin (``main_loop``; needs ``nvdisasm``)."""
+def snapped_ptxas_stats(k, ptx: str, sass: bool = False) -> dict:
+    """``ptxas_stats`` of ``launch.Kernel`` ``k``'s PTX under its register options as a GPU build gets them:
+    ``max_registers`` as ``-maxrregcount``; occupancy snapping (``k.snap``) modelled with the registers alone
+    (the driver also weighs shared memory there): one step down within the slack and no more spill bytes,
+    then the capped build's figures with ``snapped=<registers before>``."""
+    from numba_nbits.launch.occupancy import blocks_by_registers, snap_target
+
+    ps = ptxas_stats(ptx, sass, k.options.get("max_registers"))
+    if k.snap is None or "error" in ps:
+        return ps
+    threads, slack = k.snap
+    target = snap_target(ps["regs"], threads, slack)
+    if target is None:
+        return ps
+    capped = ptxas_stats(ptx, sass, target)
+    if ("error" not in capped and capped["spill"] <= ps["spill"]
+            and blocks_by_registers(capped["regs"], threads) > blocks_by_registers(ps["regs"], threads)):
+        return {**capped, "snapped": ps["regs"]}
+    return ps
+
+
+def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) -> dict:
+    """``ptxas -v -arch=sm_90a`` of ``ptx`` (``-maxrregcount`` with ``max_registers``): regs, spill (store
+    bytes), smem (static bytes), or error; with ``sass`` also ``main_loop`` / ``loop_ops`` of the cubin
+    (``main_loop``; needs ``nvdisasm``)."""
     exe = _ptxas()
     if exe is None:
         return {"error": "no ptxas"}
+    cap = ["-maxrregcount", str(max_registers)] if max_registers else []
     with tempfile.TemporaryDirectory() as d:
         fn = os.path.join(d, "k.ptx")
         r = None
@@ -153,7 +179,7 @@ def ptxas_stats(ptx: str, sass: bool = False) -> dict:
             src = ptx if version is None else re.sub(r"^\.version \S+", f".version {version}", ptx, flags=re.M)
             with open(fn, "w") as f:
                 f.write(src)
-            r = subprocess.run([exe, "-arch=sm_90a", "-v", fn, "-o", os.path.join(d, "k.cubin")],
+            r = subprocess.run([exe, "-arch=sm_90a", "-v", *cap, fn, "-o", os.path.join(d, "k.cubin")],
                                capture_output=True, text=True)
             if r.returncode == 0:
                 break
@@ -184,12 +210,12 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
 
 def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False) -> dict:
     t = time.time()
-    tac, ptx = compile_ptx(tag, bs, MT, dtype, bits)
+    tac, ptx, k = compile_ptx(tag, bs, MT, dtype, bits)
     from numba_nbits import backend
 
     out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "backend": backend.compiler(),
            "compile_s": round(time.time() - t, 2)}
-    ps = ptxas_stats(ptx, sass)
+    ps = snapped_ptxas_stats(k, ptx, sass)
     out.update(ps)
     if "error" in ps:
         return out
