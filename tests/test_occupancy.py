@@ -49,13 +49,13 @@ def test_snap_target_is_one_step_down_within_the_slack():
     assert snap_target(24, 1024, 8) == 16  # 2 -> 4 blocks of 32 warps: the register file alone
 
 
-def test_gemv_register_options_cap_minb_and_snap_the_rest():
+def test_gemv_register_options_launch_bounds_for_minb_and_snap_the_rest():
     from numba_nbits.kernels.gemv.mma import SNAP_SLACK, register_options
     from numba_nbits.kernels.gemv.tactics import Tactic
 
-    assert register_options(Tactic.parse("t1w8u1p1b4")) == {"max_registers": 64}
-    assert register_options(Tactic.parse("t1w4u1p1s3b8")) == {"max_registers": 64}
-    assert register_options(Tactic.parse("t1w8u1p1b2")) == {"max_registers": 128}
+    assert register_options(Tactic.parse("t1w8u1p1b4")) == {"launch_bounds": (256, 4)}
+    assert register_options(Tactic.parse("t1w4u1p1s3b8")) == {"launch_bounds": (128, 8)}
+    assert register_options(Tactic.parse("t1w8u1p1b2")) == {"launch_bounds": (256, 2)}
     assert register_options(Tactic.parse("t1w8u2p1")) == {"snap": (256, SNAP_SLACK)}
     assert register_options(Tactic.parse("t2w4u1p1s4a")) == {"snap": (128, SNAP_SLACK)}
 

@@ -20,7 +20,6 @@ from numba import cuda
 
 from ...arrays import DevArray, to_device
 from ...launch import Kernel
-from ...launch.occupancy import register_cap
 from .. import intrinsics as _I
 from .. import intrinsics_async as _A
 from ..codegen import load_source
@@ -74,12 +73,11 @@ SNAP_SLACK = 2
 
 
 def register_options(tac: Tactic) -> dict:
-    """``Kernel`` options for ``tac``'s registers: ``minb`` > 0 is ``max_registers`` at
-    ``occupancy.register_cap`` (``minb`` CTAs of ``32 * warps`` threads per SM), else occupancy snapping
-    (``snap``, ``SNAP_SLACK``)."""
+    """``Kernel`` options for ``tac``'s registers: ``minb`` > 0 is ``launch_bounds=(32 * warps, minb)``
+    (``Tactic``), else occupancy snapping (``snap``, ``SNAP_SLACK``)."""
     threads = 32 * tac.warps
     if tac.minb:
-        return {"max_registers": register_cap(threads, tac.minb)}
+        return {"launch_bounds": (threads, tac.minb)}
     return {"snap": (threads, SNAP_SLACK)}
 
 

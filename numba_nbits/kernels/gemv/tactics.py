@@ -25,7 +25,7 @@ Profiler variants (spec §8; ``kernels.fpa_intb`` names them ``gemv:<route>+<var
   kernel; this one sums in fp32, so it has none. ``"1"`` adds it as a candidate of the buckets 5..8,
   ``"force"`` makes it the only candidate there.
 * ``wave`` (``ep.cuda.fpa_intb_gemv_wave_aware = 1``): any M < 16 the tensor-core GEMV serves. The grid
-  is sized to whole waves of the device: a register cap ``minb = R`` (``WAVE_CTAS_PER_SM``: 4 CTAs of 8
+  is sized to whole waves of the device: launch bounds ``minb = R`` (``WAVE_CTAS_PER_SM``: 4 CTAs of 8
   warps per SM with one m-tile, 2 with two; one 16-row tile per CTA's item; ring depth
   ``WAVE_RING``) guarantee ``R`` resident CTAs per SM (by registers; shared memory and threads allow
   them too), and
@@ -100,13 +100,14 @@ class Tactic:
       while as many are computed); 3 or 4 keep 2 or 3 stages in flight (a register ring rotated
       by loop-carried copies, which the compiler turns into renames): more bytes in flight per
       register than a larger ``unroll``.
-    * ``minb``: when > 0, ``max_registers`` at ``launch.occupancy.register_cap(32 * warps, minb)``: ptxas
-      caps the registers so that ``minb`` blocks fit on an SM (65536 registers), trading registers
-      (possibly spills) for occupancy and fewer waves. Until 2026-12-02 this was ``launch_bounds=(32 *
-      warps, minb)``, whose ``.minnctapersm`` also reshaped ptxas's schedule: the main loop of
-      ``t1w8u1p1b4`` (block 32, two m-tiles) took 185 instructions against 138 under the same 64-register
-      cap (``benchmarks/results/2026-12-02-cpu-register-caps``). Tactics without it get occupancy
-      snapping (``mma.SNAP_SLACK``).
+    * ``minb``: when > 0, ``launch_bounds=(32 * warps, minb)``: ptxas caps the registers so that
+      ``minb`` blocks fit on an SM (65536 registers), trading registers (possibly spills) for
+      occupancy and fewer waves (register counts per tactic:
+      ``benchmarks/results/2026-11-30-gemv-m1-ptxas``). A bare register cap at the same count
+      (``max_registers``, ``occupancy.register_cap``) gives a shorter main loop (``t1w8u1p1b4``, block
+      32, two m-tiles: 138 SASS instructions against 185) but ran slower on the H200 (4096x4096 M = 16:
+      12.05 us against 9.47; ``benchmarks/results/2026-12-03-h200-register-caps``), so launch bounds stay.
+      Tactics without ``minb`` get occupancy snapping (``mma.SNAP_SLACK``).
     * ``ring``: when >= 2, the ring kernel (``mma_ring``): ``ring - 1`` work items in flight per warp
       across tile-group boundaries; needs ``unroll=1``, ``pf=1``, no split-K, 2 stages.
     * ``grid``: with ``ring``, a persistent launch of ``min(groups, grid * SM count)`` CTAs striding
