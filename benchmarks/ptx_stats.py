@@ -202,8 +202,9 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) 
 def occupancy(regs: int, smem: int, warps: int) -> int:
     """Resident blocks per SM of ``warps``-warp blocks (H100/H200: 64K registers allocated per warp in
     units of 256, 228 KB shared memory with 1 KB reserved per block, at most 32 blocks and 64 warps)."""
-    per_warp = -(-regs * 32 // 256) * 256
-    by_regs = 65536 // (per_warp * warps)
+    from numba_nbits.launch.occupancy import blocks_by_registers
+
+    by_regs = blocks_by_registers(regs, 32 * warps)
     by_smem = (228 * 1024) // max(smem + 1024, 1)
     return max(0, min(by_regs, by_smem, 32, 64 // warps))
 
