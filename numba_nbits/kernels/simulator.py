@@ -5,10 +5,13 @@ warp primitives and cannot execute ``@intrinsic`` functions (our inline PTX). Th
 
 * faithful warp primitives (``shfl_sync``, ``shfl_up/down/xor_sync``, ``syncwarp``, ``ballot_sync``,
   ``all_sync``, ``any_sync``, ``activemask``) patched onto the simulator's per-launch
-  ``FakeCUDAModule``: every warp gets one ``threading.Barrier`` per member mask whose parties are the
-  lanes named in the mask and present in the (possibly partial) warp; values are exchanged through
-  two alternating slot tables, so one barrier wait per primitive suffices. Out-of-range or
-  non-member source lanes return the caller's own value, as numba's lowering does.
+  ``FakeCUDAModule``: every warp gets one barrier per member mask whose parties are the lanes named in
+  the mask and present in the (possibly partial) warp; values are exchanged through two alternating
+  slot tables, so one barrier wait per primitive suffices. Out-of-range or non-member source lanes
+  return the caller's own value, as numba's lowering does. A waiting lane never times out for being
+  slow (the simulator's many threads share one interpreter, and a loaded machine can stall a lane for
+  minutes); it raises as soon as a lane it waits for cannot arrive: that lane has returned (divergent
+  early exit), raised, or waits in ``syncthreads()``.
 * strict indexing: a negative index into a global, shared or local array raises IndexError (NumPy
   would wrap it to the array's end; on a GPU it is an out-of-bounds access). Out-of-range positive
   indices raise in NumPy already; the 16-byte twins of ``intrinsics.py`` check their whole span.
@@ -24,23 +27,70 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 
 _FULL = 0xFFFFFFFF
-#: A lane that never reaches a warp primitive (divergent early return) raises instead of hanging.
-BARRIER_TIMEOUT_S = 60.0
+#: How often a lane waiting in a warp primitive checks that the lanes it waits for can still arrive.
+POLL_S = 0.25
+#: A wait that sees every missing lane still running yet does not complete raises after this long: lanes
+#: waiting for each other in different warp primitives, which the checks cannot see.
+STALL_S = 1800.0
 _ALLOWED = (int, float, np.int32, np.int64, np.float32, np.float64)
 _INSTALLED = False
 _LOCK = threading.Lock()
 
 
 class _WarpSync:
-    __slots__ = ("barrier", "slots")
+    """A reusable barrier for the lanes ``members`` (a bit mask over threads ``base ..``) of one block."""
 
-    def __init__(self, parties: int):
-        self.barrier = threading.Barrier(parties, timeout=BARRIER_TIMEOUT_S)
+    __slots__ = ("cond", "base", "members", "parties", "arrived", "count", "gen", "slots")
+
+    def __init__(self, base: int, members: int):
+        self.cond = threading.Condition(threading.Lock())
+        self.base, self.members, self.parties = base, members, bin(members).count("1")
+        self.arrived = self.count = self.gen = 0
         self.slots = ({}, {})
+
+    def wait(self, t, lane: int) -> None:
+        """Block lane ``lane`` (thread ``t``) until every member has arrived."""
+        with self.cond:
+            gen = self.gen
+            self.arrived |= 1 << lane
+            self.count += 1
+            if self.count == self.parties:
+                self.arrived = self.count = 0
+                self.gen += 1
+                self.cond.notify_all()
+                return
+            start = time.monotonic()
+            while gen == self.gen:
+                if not self.cond.wait(POLL_S) and gen == self.gen:
+                    self._check(t, time.monotonic() - start)
+
+    def _check(self, t, waited: float) -> None:
+        if getattr(t, "abort", False):
+            raise RuntimeError("another thread of the simulated block raised")
+        threads = getattr(t._manager, "_nbits_threads", {})
+        missing = self.members & ~self.arrived
+        stuck = []
+        for lane in range(missing.bit_length()):
+            p = threads.get(self.base + lane) if (missing >> lane) & 1 else None
+            if p is None:  # not a missing lane, or its thread is not created yet
+                continue
+            if p.__dict__.get("_nbits_done"):
+                err = f" after raising {p.exception[0]!r}" if p.exception else ""
+                stuck.append(f"thread {self.base + lane} has returned{err}")
+            elif p.syncthreads_blocked:
+                stuck.append(f"thread {self.base + lane} waits in syncthreads()")
+        if stuck:
+            raise RuntimeError(f"deadlock: thread {t.thread_id} waits in a warp primitive with member threads "
+                               f"{self.base} + {self.members:#x} for threads that cannot arrive: "
+                               + "; ".join(stuck))
+        if waited > STALL_S:
+            raise RuntimeError(f"thread {t.thread_id} waited {waited:.0f} s in a warp primitive with member "
+                               f"threads {self.base} + {self.members:#x} for {self.base} + {missing:#x}")
 
 
 def _lanes_present(mod, warp: int) -> int:
@@ -64,17 +114,17 @@ def _state(mod, mask: int):
     with lock:
         ws = table.get(key)
         if ws is None:
-            ws = table[key] = _WarpSync(bin(members).count("1"))
+            ws = table[key] = _WarpSync(warp * 32, members)
     gen = t.__dict__.get("_nbits_gen", 0)
     t._nbits_gen = gen + 1
-    return ws, lane, members, gen & 1
+    return ws, t, lane, members, gen & 1
 
 
 def _exchange(mod, mask, value):
-    ws, lane, members, buf = _state(mod, int(mask))
+    ws, t, lane, members, buf = _state(mod, int(mask))
     slots = ws.slots[buf]
     slots[lane] = value
-    ws.barrier.wait()
+    ws.wait(t, lane)
     return slots, lane, members
 
 
@@ -174,12 +224,12 @@ def warpgroup_exchange(value):
     with lock:
         ws = table.get((tuple(t.blockIdx), group))
         if ws is None:
-            ws = table[(tuple(t.blockIdx), group)] = _WarpSync(128)
+            ws = table[(tuple(t.blockIdx), group)] = _WarpSync(group * 128, (1 << 128) - 1)
     gen = t.__dict__.get("_nbits_wg_gen", 0)
     t._nbits_wg_gen = gen + 1
     slots = ws.slots[gen & 1]
     slots[pos] = value
-    ws.barrier.wait()
+    ws.wait(t, pos)
     return [slots[i] for i in range(128)]  # the next exchange writes the other table (as _exchange)
 
 
@@ -248,6 +298,26 @@ def _install_strict_indexing(kernelapi, devicearray) -> None:
         c.array = _strict_alloc(c.array, name == "FakeCUDAShared")
 
 
+def _install_thread_registry(simkernel) -> None:
+    """Each simulated thread registers with its block's manager when created and marks itself done when it
+    returns, so a lane waiting in a warp primitive can tell a lane that will never arrive from a slow one."""
+    cls = simkernel.BlockThread
+    init, run = cls.__init__, cls.run
+
+    def __init__(self, f, manager, *args, **kwargs):
+        init(self, f, manager, *args, **kwargs)
+        with _LOCK:
+            manager.__dict__.setdefault("_nbits_threads", {})[self.thread_id] = self
+
+    def run_(self):
+        try:
+            run(self)
+        finally:
+            self._nbits_done = True
+
+    cls.__init__, cls.run = __init__, run_
+
+
 _PRIMITIVES = (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync, syncwarp, ballot_sync, all_sync,
                any_sync, activemask)
 
@@ -269,4 +339,5 @@ def install() -> None:
     for f in _PRIMITIVES:
         setattr(kernelapi.FakeCUDAModule, f.__name__, f)
     _install_strict_indexing(kernelapi, devicearray)
+    _install_thread_registry(simkernel)
     _INSTALLED = True
