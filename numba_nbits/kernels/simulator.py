@@ -45,12 +45,12 @@ _LOCK = threading.Lock()
 class _WarpSync:
     """A reusable barrier for the lanes ``members`` (a bit mask over threads ``base ..``) of one block."""
 
-    __slots__ = ("cond", "base", "members", "parties", "arrived", "count", "gen", "slots")
+    __slots__ = ("cond", "base", "members", "arrived", "gen", "slots")
 
     def __init__(self, base: int, members: int):
         self.cond = threading.Condition(threading.Lock())
-        self.base, self.members, self.parties = base, members, bin(members).count("1")
-        self.arrived = self.count = self.gen = 0
+        self.base, self.members = base, members
+        self.arrived = self.gen = 0  # bit mask of the members that have arrived in generation ``gen``
         self.slots = ({}, {})
 
     def wait(self, t, lane: int) -> None:
@@ -58,9 +58,8 @@ class _WarpSync:
         with self.cond:
             gen = self.gen
             self.arrived |= 1 << lane
-            self.count += 1
-            if self.count == self.parties:
-                self.arrived = self.count = 0
+            if self.arrived == self.members:
+                self.arrived = 0
                 self.gen += 1
                 self.cond.notify_all()
                 return
@@ -76,8 +75,10 @@ class _WarpSync:
         missing = self.members & ~self.arrived
         stuck = []
         for lane in range(missing.bit_length()):
-            p = threads.get(self.base + lane) if (missing >> lane) & 1 else None
-            if p is None:  # not a missing lane, or its thread is not created yet
+            if not (missing >> lane) & 1:
+                continue
+            p = threads.get(self.base + lane)
+            if p is None:  # its thread is not created yet
                 continue
             if p.__dict__.get("_nbits_done"):
                 err = f" after raising {p.exception[0]!r}" if p.exception else ""
