@@ -215,42 +215,49 @@ def emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, grou
 
 def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool) -> list:
     """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
-    ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
-    returns the ``(suffix, zero)`` pairs that clear them. Two scale words are one 8-byte request; scalar
-    loads index with an unsigned integer (no negative-index wraparound code)."""
+    ``scales``, its scale words and zero points (``emit_scale_loads``); returns the ``(suffix, zero)`` pairs
+    that clear them."""
     zeros = []
     for i in range(TPW):
         for j in range(vectors):
             e(ind, f"{p}_{tag}{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {j}) * 32 + lane)")
             zeros.append((f"_{tag}{i}_{j}", "Z4"))
-        if not scales:
-            continue
-        e(ind, f"tsc = (tile0 + {i}) * n_super + scl")
-        sc = f"{p}sc_{tag}{i}"
-        if super_blocks == 4:  # 4 words = one 16-byte load
-            e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+        if scales:
+            zeros += emit_scale_loads(e, ind, p, tag, i, super_blocks, zp_kind, "scl")
+    return zeros
+
+
+def emit_scale_loads(e, ind, p, tag, i, super_blocks, zp_kind, chunk: str) -> list:
+    """Tile ``i``'s scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}`` of
+    super-chunk ``chunk``; returns the ``(suffix, zero)`` pairs that clear them. Two scale words are one 8-byte
+    request; scalar loads index with an unsigned integer (no negative-index wraparound code)."""
+    zeros = []
+    e(ind, f"tsc = (tile0 + {i}) * n_super + {chunk}")
+    sc = f"{p}sc_{tag}{i}"
+    if super_blocks == 4:  # 4 words = one 16-byte load
+        e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+        for q in range(4):
+            e(ind, f"{sc}_{q} = sv[{q}]")
+    elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+        for v in range(2):
+            e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
             for q in range(4):
-                e(ind, f"{sc}_{q} = sv[{q}]")
-        elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
-            for v in range(2):
-                e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
-                for q in range(4):
-                    e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
-        elif super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
-            e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
-            for q in range(2):
-                e(ind, f"{sc}_{q} = sv2[{q}]")
-        elif super_blocks == 1:
-            e(ind, f"{sc}_0 = np.uint32(sw[np.uint64(tsc * 8 + g)])")
-        else:
-            raise ValueError(f"gemv_mma: {super_blocks} quantisation blocks per super-chunk")
-        zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
-        if zp_kind == "packed":
-            for h in range(2):
-                for bb in range(super_blocks):
-                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[np.uint64(tsc * {16 * super_blocks} + g * "
-                           f"{2 * super_blocks} + {h * super_blocks + bb})])")
-                    zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
+                e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
+    elif super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
+        e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+        for q in range(2):
+            e(ind, f"{sc}_{q} = sv2[{q}]")
+    elif super_blocks == 1:
+        e(ind, f"{sc}_0 = np.uint32(sw[np.uint64(tsc * 8 + g)])")
+    else:
+        raise ValueError(f"gemv_mma: {super_blocks} quantisation blocks per super-chunk")
+    zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
+    if zp_kind == "packed":
+        for h in range(2):
+            for bb in range(super_blocks):
+                e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[np.uint64(tsc * {16 * super_blocks} + g * "
+                       f"{2 * super_blocks} + {h * super_blocks + bb})])")
+                zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
     return zeros
 
 
@@ -346,17 +353,14 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             else:
                 load_act(ind, "b", "sc_")
             for i in range(TPW):
-                if prefetch == 0:
-                    e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
+                q = p
+                if prefetch == 0:  # this stage's scale words and zero points, loaded as pf >= 1 loads them ahead
+                    q = "c"
+                    emit_scale_loads(e, ind, q, f"{u}_", i, super_blocks, zp_kind, "sc_")
                 for bb in range(super_blocks):
-                    if prefetch == 0:
-                        sl, sh = f"ld(sc, np.uint64(sb + {bb}))", f"ld(sc, np.uint64(sb + {super_blocks + bb}))"
-                        zp = (f"np.uint32(zpk[np.uint64(sb + {bb})])",
-                              f"np.uint32(zpk[np.uint64(sb + {super_blocks + bb})])")
-                    else:
-                        sl = scale_bits_expr(act, f"{p}sc_{u}_{i}_{bb >> 1}", bb & 1)
-                        sh = scale_bits_expr(act, f"{p}sc_{u}_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1)
-                        zp = (f"{p}zp_{u}_{i}_0_{bb}", f"{p}zp_{u}_{i}_1_{bb}")
+                    sl = scale_bits_expr(act, f"{q}sc_{u}_{i}_{bb >> 1}", bb & 1)
+                    sh = scale_bits_expr(act, f"{q}sc_{u}_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1)
+                    zp = (f"{q}zp_{u}_{i}_0_{bb}", f"{q}zp_{u}_{i}_1_{bb}")
                     emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps,
                                    group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
                                    zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"{p}_{u}_{i}_{j}",
