@@ -61,7 +61,7 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "lop3": _I.lop3_andor,
         "f16lo_to_f32": _I.f16lo_to_f32, "f16hi_to_f32": _I.f16hi_to_f32,
-        "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence,
+        "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence, "opaque_i64": _I.opaque_i64,
     }
     if tac.smem:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})

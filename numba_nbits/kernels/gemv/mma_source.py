@@ -157,7 +157,8 @@ def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, grou
     """Default zero-point constants, zeroed accumulators, and per m-tile the lane's activation base
     ``aix_{mt}`` (its first value of a k-group, row ``g + 8 mt``, column ``4 group_steps t``, in units of the
     activation load: 16 bytes, 8 at block 16) and its limit ``klim_{mt}``: a k-group offset ``kk`` is in
-    range when ``kk < klim`` (``K - 4 group_steps t``, 0 for a row >= M), one comparison per load.
+    range when ``kk < klim`` (``K - 4 group_steps t``, 0 for a row >= M), one comparison per load. Both go
+    through ``opaque_i64``, so they are computed here once rather than next to every load in the loop.
 
     ``kfull`` (K a multiple of the super-chunk, so every super-chunk below ``n_super`` lies inside A's rows):
     no limit; a lane whose row is >= M reads row M - 1 instead. Its products land only in output columns
@@ -174,9 +175,10 @@ def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, grou
             e(1, f"row_{mt} = g + {8 * mt} if g + {8 * mt} < M else M - 1")
         else:
             e(1, f"row_{mt} = g + {8 * mt}")
-        e(1, f"aix_{mt} = (np.int64(row_{mt}) * K + {4 * group_steps} * t) >> {2 if group_steps == 1 else 3}")
+        shift = 2 if group_steps == 1 else 3
+        e(1, f"aix_{mt} = opaque_i64((np.int64(row_{mt}) * K + {4 * group_steps} * t) >> {shift})")
         if not kfull:
-            e(1, f"klim_{mt} = K - {4 * group_steps} * t if row_{mt} < M else np.int64(0)")
+            e(1, f"klim_{mt} = opaque_i64(K - {4 * group_steps} * t if row_{mt} < M else np.int64(0))")
 
 
 def emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps,
