@@ -340,6 +340,11 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     def emit_compute(p):
         """The ``unroll`` super-chunks of slot ``p``: activations (prefetched with ``pf = 2``), then each tile's
         quantisation blocks (``emit_block_mma``)."""
+        early = kfull and prefetch < 2 and ring is None
+        if early:
+            for u in range(unroll):
+                e(2, f"sca_ = min(base + {u * split_warps}, n_super - 1)")
+                load_act(2, f"ka{u}", "sca_")
         for u in range(unroll):
             e(2, f"sc_ = base + {u * split_warps}")
             e(2, "if sc_ < n_super:")
@@ -347,11 +352,12 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             if ring is not None:
                 for i in range(TPW):
                     ring.read(ind, p, u, i, "coff")
-            if prefetch >= 2:
+            if prefetch >= 2 or early:
+                src = f"ka{u}" if early else f"{p}ac_{u}"
                 for mt in range(m_tiles):
                     for G in range(super_groups):
                         for x in range(n_act):
-                            e(ind, f"b_{mt}_{G}_{x} = {p}ac_{u}_{mt}_{G}_{x}")
+                            e(ind, f"b_{mt}_{G}_{x} = {src}_{mt}_{G}_{x}")
             else:
                 load_act(ind, "b", "sc_")
             for i in range(TPW):
