@@ -42,6 +42,13 @@ whose products only reach output columns >= M, which are never stored. Otherwise
 offset with a per-lane limit (``K - 4 group_steps t``, 0 for a row >= M) and reads zeros past it. The guards
 cost ~25 SASS instructions per main-loop iteration of the M = 1 kernels (``benchmarks.ptx_stats --sass``
 with and without ``--k-tail``).
+
+Unguarded, ptxas was free to issue a stage's second 16-byte activation load after the first HMMA pair
+(``t1w8u2p1``, block 32): one more memory latency per iteration, +15-22% on the H200 for 4096-row M = 1
+problems. So the K-full kernels without activation prefetch (``pf < 2``, register pipeline) load the
+activations of all ``unroll`` super-chunks of a stage at the top of its compute, the index clamped to the last
+super-chunk (a chunk past it is loaded but never computed), and ptxas issues them together
+(``benchmarks/results/2026-12-03-h200-gemv-kfull``).
 """
 from __future__ import annotations
 
@@ -339,7 +346,8 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     def emit_compute(p):
         """The ``unroll`` super-chunks of slot ``p``: activations (prefetched with ``pf = 2``), then each tile's
-        quantisation blocks (``emit_block_mma``)."""
+        quantisation blocks (``emit_block_mma``). K-full kernels without prefetched activations load those of
+        every super-chunk first (module docstring: activation loads)."""
         early = kfull and prefetch < 2 and ring is None
         if early:
             for u in range(unroll):
