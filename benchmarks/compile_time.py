@@ -66,11 +66,13 @@ def kernel_set(shapes, bits: int, block: int, dtype: str, Ms) -> list:
     Python source; 0 for a kernel factory that ran before in this process)."""
     from numba_nbits.kernels.bias import bias_add_kernel
     from numba_nbits.kernels.dequant import dequant_kernel
-    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, k_full
     from numba_nbits.kernels.gemv.tactics import default_tactic, m_tiles
 
-    gemv = dict.fromkeys((m_tiles(M), default_tactic(N, K, block, M, bits)) for N, K in shapes for M in Ms)
-    makers = [lambda mt=mt, tac=tac: gemv_mma_kernel(dtype, mt, tac, block, "none", bits) for mt, tac in gemv]
+    gemv = dict.fromkeys((m_tiles(M), default_tactic(N, K, block, M, bits), k_full(K, block, bits))
+                         for N, K in shapes for M in Ms)
+    makers = [lambda mt=mt, tac=tac, kf=kf: gemv_mma_kernel(dtype, mt, tac, block, "none", bits, False, kf)
+              for mt, tac, kf in gemv]
     makers += [lambda: dequant_kernel(bits, dtype, "none", False), lambda: bias_add_kernel(dtype)]
     out = []
     for make in makers:

@@ -8,6 +8,9 @@
                                                   and gemv_w8 (block 128) at K = 4096, fp16: regs, staged A)
     python -m benchmarks.ptx_stats --sass t1w8u2p1,32,1 ...   (also the SASS of the GEMV's main loop: its
                                                   instruction count and opcode histogram, via nvdisasm)
+    python -m benchmarks.ptx_stats --k-tail ...  (the GEMV kernels for a K with a tail, guarded activation
+                                                  loads; default: the ``_kf`` kernels of K a multiple of the
+                                                  super-chunk, which every shape of the benchmark sets has)
 
 The compiler ``NUMBA_NBITS_BACKEND`` selects (numba-cuda, or numba-cuda-mlir with ``=mlir``: the two can be
 compared kernel by kernel, ``backend=`` in each line) compiles the kernel to PTX for sm_90 (no driver needed:
@@ -132,14 +135,15 @@ def _kernel_ptx(k) -> str:
     return ptx
 
 
-def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4):
-    """(tactic, PTX, ``launch.Kernel``) of one GEMV specialisation (zero points none)."""
+def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4, kfull: bool = True):
+    """(tactic, PTX, ``launch.Kernel``) of one GEMV specialisation (zero points none; ``kfull``: the kernel of a K
+    that is a multiple of the super-chunk, as every shape of the benchmark sets has, else the guarded one)."""
     _fake_device()
     from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
     from numba_nbits.kernels.gemv.tactics import Tactic
 
     tac = Tactic.parse(tag)
-    k = gemv_mma_kernel(dtype, MT, tac, bs, "none", bits)
+    k = gemv_mma_kernel(dtype, MT, tac, bs, "none", bits, False, kfull)
     return tac, _kernel_ptx(k), k
 
 
@@ -209,12 +213,13 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
     return max(0, min(by_regs, by_smem, 32, 64 // warps))
 
 
-def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False) -> dict:
+def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False,
+          kfull: bool = True) -> dict:
     t = time.time()
-    tac, ptx, k = compile_ptx(tag, bs, MT, dtype, bits)
+    tac, ptx, k = compile_ptx(tag, bs, MT, dtype, bits, kfull)
     from numba_nbits import backend
 
-    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "backend": backend.compiler(),
+    out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "kfull": kfull, "backend": backend.compiler(),
            "compile_s": round(time.time() - t, 2)}
     ps = snapped_ptxas_stats(k, ptx, sass)
     out.update(ps)
@@ -308,7 +313,7 @@ def main(argv):
         specs.append((p[0], int(p[1]), int(p[2]), dt, int(p[4]) if len(p) > 4 else 4))
     for tag, bs, MT, dt, bits in specs:
         try:
-            s = stats(tag, bs, MT, dt, bits, "--sass" in argv)
+            s = stats(tag, bs, MT, dt, bits, "--sass" in argv, "--k-tail" not in argv)
         except Exception as e:  # noqa: BLE001
             s = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
         print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)

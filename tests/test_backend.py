@@ -155,6 +155,7 @@ _EXPECTED = {
     "lop3_andor": ((np.uint32, np.uint32), "lop3.b32"),
     "f16lo_to_f32": ((np.float32, np.uint32), "cvt.f32.f16"),
     "f16hi_to_f32": ((np.float32, np.uint32), "cvt.f32.f16"),
+    "opaque_i64": ((np.int64, np.int64), "mov.b64"),
     "mma_f16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
     "mma_bf16": ((np.float32, np.uint32), "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
 }

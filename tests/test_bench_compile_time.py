@@ -21,7 +21,7 @@ def test_kernel_set_is_one_gemv_per_tile_and_tactic_then_dequant_and_bias():
     for N, K in shapes:
         for M in range(1, 17):
             t = default_tactic(N, K, 128, M, 4)
-            name = f"gemv_mma_w4_float16_mt{1 if M <= 8 else 2}_{t.tag}_b128_none"
+            name = f"gemv_mma_w4_float16_mt{1 if M <= 8 else 2}_{t.tag}_b128_none_kf"  # K % 128 == 0
             if name not in want:
                 want.append(name)
     assert names == want + ["dequant_w4_float16_none_fast", "bias_add_float16"]

@@ -108,7 +108,8 @@ if SIM:  # the M=1 variants: prefetched scales/zero points (pf 1), + activations
     ]
 else:  # one compile per case: (dtype, zero points) cycle over tactic x block x M
     _dz = itertools.cycle(itertools.product(DTYPES, ("none", "packed")))
-    VARIANTS = [(M, 1032, 2056, bs, *next(_dz), T.parse(tag))
+    _kk = itertools.cycle((2056, 2048))  # K with a tail (guarded activation loads) and without (``_kf`` kernels)
+    VARIANTS = [(M, 1032, next(_kk), bs, *next(_dz), T.parse(tag))
                 for tag in ("t1w8u1p1", "t2w4u2p2", "t1w4u1p2k4s3", "t2w8u1p1k3s4", "t1w8u1p1k2s3b4", "t2w8u1p1b4",
                             "t1w8u1p1b4r3g4", "t2w4u1p1b4r4g4", "t1w8u1p1s3a", "t1w4u1p1k2s6a")
                 for bs in (16, 32, 128) for M in (1, 16)]
@@ -118,6 +119,24 @@ else:  # one compile per case: (dtype, zero points) cycle over tactic x block x 
 def test_gemv_mma_variants(rng, M, N, K, bs, dtype, zp, tactic):
     w, A, ref = _make(rng, N, K, bs, dtype, zp, M)
     _check(_run(w, A, M, tactic), ref, dtype)
+
+
+@pytest.mark.parametrize("bits,bs", [(4, 32), (4, 128), (8, 16), (2, 64)])
+def test_k_full_kernels_read_no_activation_guard(rng, bits, bs):
+    """K a multiple of the super-chunk: the ``_kf`` kernel (activation loads unguarded, rows >= M read row
+    M - 1); K with a tail: the guarded kernel. Both against the oracle, M = 3 and 9 (padded rows in one and
+    two m-tiles)."""
+    ks = L.super_chunk(bs, bits)
+    for K in (ks, ks + 8 * (1 if bs == 16 else 2)):
+        full = K % ks == 0
+        for M in (3, 9):
+            w, A, ref = _make(rng, 16, K, bs, "float16", "packed", M, bits)
+            p = Problem(M=M, N=16, K=K, bits=bits, block_size=bs, dtype="float16", zero_points="packed")
+            plan = G.build(w, p, None, GT.Tactic.parse("t1w1u1p1"))
+            assert plan.kernel.endswith("_kf") == full, (K, plan.kernel)
+            _check(_run(w, A, M, GT.Tactic.parse("t1w1u1p1")), ref, "float16")
+        src = G.generate_source("float16", 2, GT.Tactic.parse("t1w1u1p1"), bs, "packed", bits, False, full)
+        assert ("klim" in src) != full and ("else M - 1" in src) == full
 
 
 if SIM:

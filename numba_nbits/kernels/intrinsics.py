@@ -509,6 +509,35 @@ else:  # pragma: no cover - compiled on a GPU only
     f16lo_to_f32 = _f16_half_intrinsic(0)
     f16hi_to_f32 = _f16_half_intrinsic(1)
 
+# ----------------------------------------------------------------------- opaque values
+# ``opaque_i64(x)``: ``x`` as int64, through an identity ``mov.b64`` the optimiser cannot see into. A value set
+# once before a loop and read in it (the tensor-core GEMV's activation base and limit per m-tile) is then
+# computed once and kept in a register: without it numba-cuda-mlir's LLVM sinks the multiply and select that
+# make it into the loop, next to every guarded load that uses it.
+
+
+def _opaque_i64_py(x):
+    return np.int64(x)
+
+
+TWINS["opaque_i64"] = _opaque_i64_py
+
+if SIMULATED:
+    opaque_i64 = _opaque_i64_py
+else:  # pragma: no cover - compiled on a GPU only
+    @intrinsic
+    def opaque_i64(typingctx, x):
+        if not isinstance(x, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = args[0]
+            v = v if v.type.width == 64 else (builder.sext(v, _I64) if sig.args[0].signed else builder.zext(v, _I64))
+            return builder.call(ir.InlineAsm(ir.FunctionType(_I64, [_I64]), "mov.b64 $0, $1;", "=l,l"), [v])
+
+        return types.int64(x), codegen
+
+
 # ----------------------------------------------------------------------- vector stores (global)
 # ``st_v4(arr, i, a, b, c, d)`` writes 16 bytes (``st.global.v4.b32``) at uint32 element ``i`` of a
 # 1-D uint32 array; ``st_v2`` writes 8 bytes. The caller guarantees 16- / 8-byte alignment.

@@ -25,6 +25,7 @@ importlib.import_module("numba_cuda_mlir.cuda.experimental")  # loads cuda.exper
 _F0 = np.float32(0.0)
 _I0 = np.int32(0)
 _H0 = np.int16(0)
+_L0 = np.int64(0)
 
 _device = cuda.jit(device=True, inline="always")
 
@@ -115,6 +116,11 @@ def fma_bf16x2(a, b, c):
 def lop3_andor(a, b, c):
     return np.uint32(cuda.experimental.inline_ptx("lop3.b32 %0, %1, %2, %3, 0xEA;", "=r", _I0, "r", np.uint32(a),
                                                   "r", np.uint32(b), "r", np.uint32(c)))
+
+
+@_device
+def opaque_i64(x):
+    return np.int64(cuda.experimental.inline_ptx("mov.b64 %0, %1;", "=l", _L0, "l", np.int64(x)))
 
 
 @_device

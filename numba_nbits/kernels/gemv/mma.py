@@ -25,7 +25,7 @@ from .. import intrinsics_async as _A
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
 from ..family import Plan
-from .layout import MMA_LAYOUTS, TILE_N, Packed
+from .layout import MMA_LAYOUTS, TILE_N, Packed, super_chunk
 from .mma_ring import gen_ring_source
 from .mma_smem import fitted
 from .mma_source import gen_source
@@ -33,18 +33,27 @@ from .repack import prepack
 from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports
 
 ROUTE = "gemv_mma"
-def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> str:
+def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
+                    kfull: bool = False) -> str:
     """Python source of one specialisation: the ring kernel for ``tac.ring``, else the plain one."""
-    return (gen_ring_source if tac.ring else gen_source)(act, MT, tac, BS, ZP, bits, l2pf)
+    return (gen_ring_source if tac.ring else gen_source)(act, MT, tac, BS, ZP, bits, l2pf, kfull)
+
+
+def k_full(K: int, block_size: int, bits: int) -> bool:
+    """Whether K is a multiple of the super-chunk: the kernel's activation loads then need no guard
+    (``kfull``; ``mma_source.emit_setup``)."""
+    return K % super_chunk(block_size, bits) == 0
 
 
 @lru_cache(maxsize=None)
-def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False) -> Kernel:
+def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
+                    kfull: bool = False) -> Kernel:
     """The compiled-on-demand kernel for one specialisation (``l2pf``: the L2-prefetching variant, name
-    suffix ``_l2pf``)."""
+    suffix ``_l2pf``; ``kfull``: for K a multiple of the super-chunk, unguarded activation loads, suffix
+    ``_kf``)."""
     from numba.cuda import types
 
-    src = generate_source(act, MT, tac, BS, ZP, bits, l2pf)
+    src = generate_source(act, MT, tac, BS, ZP, bits, l2pf, kfull)
     ns = {
         "cuda": cuda, "np": np, "ldg_v4": _I.ldg_v4, "ldg_v2": _I.ldg_v2, "ld": LOADS[act], "st": STORES[act],
         "TPW": tac.tpw,
@@ -52,12 +61,12 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "lop3": _I.lop3_andor,
         "f16lo_to_f32": _I.f16lo_to_f32, "f16hi_to_f32": _I.f16hi_to_f32,
-        "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence,
+        "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence, "opaque_i64": _I.opaque_i64,
     }
     if tac.smem:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})
         ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - 1)
-    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_l2pf" if l2pf else "")
+    name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_kf" if kfull else "") + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
@@ -93,7 +102,8 @@ class GemvMmaPlan(Plan):
         self.l2pf = l2pf
         pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
-        k = gemv_mma_kernel(weights.dtype, m_tiles(M), tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf)
+        k = gemv_mma_kernel(weights.dtype, m_tiles(M), tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf,
+                            k_full(self.K, weights.block_size, weights.bits))
         self.kernel = k.name
         self._kernel = k
         zp = pk.zp if pk.zp is not None else weights.dummy(np.uint8)

@@ -20,7 +20,7 @@ from .mma_source import (_CONST, L2PF_AHEAD, emit_block_mma, emit_head, emit_l2_
 
 
 def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
-                    l2pf: bool = False) -> str:
+                    l2pf: bool = False, kfull: bool = False) -> str:
     """The ring kernel (``tac.ring = depth`` >= 2; see "Ring kernel" in the module docstring).
 
     Each warp walks a flat list of work items (tile group, super-chunk): the CTA's tile groups
@@ -47,7 +47,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
     e(1, f"per = (n_super + {warps - 1}) // {warps}")
     e(1, "my_groups = (ngroups - G0 + GS - 1) // GS")
     e(1, f"red = cuda.shared.array({2 * warps * red_entries}, np.float32)")
-    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps, kfull)
 
     def locate(ind, cur):
         """Item of cursor ``cur`` (``l``: next to load, ``c``: next to compute): group ``{cur}gi`` of this
@@ -82,7 +82,7 @@ def gen_ring_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, 
         ind += 1
         e(ind, "if scl < n_super:")
         ind2 = ind + 1
-        emit_load_act(e, ind2, "b", "scl", super_k, m_tiles, super_groups, group_k, group_steps)
+        emit_load_act(e, ind2, "b", "scl", super_k, m_tiles, super_groups, group_k, group_steps, kfull)
         for i in range(TPW):
             for bb in range(super_blocks):
                 emit_block_mma(e, ind2, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps, group_steps=group_steps, c=c,

@@ -33,6 +33,22 @@ through shared memory and stored; with ``ksplit > 1`` each block writes its slic
 last to arrive (atomic counter) sums the slices in a fixed order and stores. Lane ``(g, t)`` holds fragment
 rows ``g`` / ``g + 8`` and columns ``2t, 2t + 1`` (+8) of each step (``layout``). Every loop over registers is unrolled in the generated
 source, so numba keeps accumulators and fragments in registers. Bias is not fused: the route adds it.
+
+Activation loads
+----------------
+A lane loads the activations of rows ``g`` (+8) of its m-tiles. For K a multiple of the super-chunk (every
+model shape we know; kernel name suffix ``_kf``) the loads are unguarded: a row >= M is read as row M - 1,
+whose products only reach output columns >= M, which are never stored. Otherwise each load compares its k
+offset with a per-lane limit (``K - 4 group_steps t``, 0 for a row >= M) and reads zeros past it. The guards
+cost ~25 SASS instructions per main-loop iteration of the M = 1 kernels (``benchmarks.ptx_stats --sass``
+with and without ``--k-tail``).
+
+Unguarded, ptxas was free to issue a stage's second 16-byte activation load after the first HMMA pair
+(``t1w8u2p1``, block 32): one more memory latency per iteration, +15-22% on the H200 for 4096-row M = 1
+problems. So the K-full kernels without activation prefetch (``pf < 2``, register pipeline) load the
+activations of all ``unroll`` super-chunks of a stage at the top of its compute, the index clamped to the last
+super-chunk (a chunk past it is loaded but never computed), and ptxas issues them together
+(``benchmarks/results/2026-12-03-h200-gemv-kfull``).
 """
 from __future__ import annotations
 
@@ -143,11 +159,18 @@ def emit_head():
     return L, e
 
 
-def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, group_steps: int) -> None:
+def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, group_steps: int,
+               kfull: bool = False) -> None:
     """Default zero-point constants, zeroed accumulators, and per m-tile the lane's activation base
     ``aix_{mt}`` (its first value of a k-group, row ``g + 8 mt``, column ``4 group_steps t``, in units of the
     activation load: 16 bytes, 8 at block 16) and its limit ``klim_{mt}``: a k-group offset ``kk`` is in
-    range when ``kk < klim`` (``K - 4 group_steps t``, 0 for a row >= M), one comparison per load."""
+    range when ``kk < klim`` (``K - 4 group_steps t``, 0 for a row >= M), one comparison per load. Both go
+    through ``opaque_i64``, so they are computed here once rather than next to every load in the loop.
+
+    ``kfull`` (K a multiple of the super-chunk, so every super-chunk below ``n_super`` lies inside A's rows):
+    no limit; a lane whose row is >= M reads row M - 1 instead. Its products land only in output columns
+    >= M, which are never stored (an MMA's output column depends on that activation row alone), so the
+    loads need no guard."""
     if zp_kind == "none":
         emit_zero_points(e, 1, bits, c, None)
     for i in range(TPW):
@@ -155,76 +178,95 @@ def emit_setup(e, bits: int, c: dict, zp_kind: str, TPW: int, m_tiles: int, grou
             for r in range(4):
                 e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
     for mt in range(m_tiles):
-        e(1, f"row_{mt} = g + {8 * mt}")
-        e(1, f"aix_{mt} = (np.int64(row_{mt}) * K + {4 * group_steps} * t) >> {2 if group_steps == 1 else 3}")
-        e(1, f"klim_{mt} = K - {4 * group_steps} * t if row_{mt} < M else np.int64(0)")
+        if kfull:
+            e(1, f"row_{mt} = g + {8 * mt} if g + {8 * mt} < M else M - 1")
+        else:
+            e(1, f"row_{mt} = g + {8 * mt}")
+        shift = 2 if group_steps == 1 else 3
+        e(1, f"aix_{mt} = opaque_i64((np.int64(row_{mt}) * K + {4 * group_steps} * t) >> {shift})")
+        if not kfull:
+            e(1, f"klim_{mt} = opaque_i64(K - {4 * group_steps} * t if row_{mt} < M else np.int64(0))")
 
 
-def emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps) -> None:
+def emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps,
+                  kfull: bool = False) -> None:
     """The lane's activations of super-chunk ``sc`` (for each m-tile and k-group) into ``dst_{mt}_{G}_{x}``:
     16-byte loads (block 16: one 8-byte load) at ``aix`` plus the k offset ``kk`` in load units, zeros where
-    ``kk`` is not below ``klim`` (``emit_setup``)."""
+    ``kk`` is not below ``klim`` (``emit_setup``); with ``kfull`` every load is in range and unguarded."""
     unit = 4 if group_steps == 1 else 8  # activations per load
-    e(ind, f"k0_ = {sc} * {super_k}")
+    if not kfull:
+        e(ind, f"k0_ = {sc} * {super_k}")
     e(ind, f"kq_ = {sc} * {super_k // unit}")
+
+    def guarded(mt, kk, load, zero):
+        if kfull:
+            e(ind, load)
+            return
+        e(ind, f"if {kk} < klim_{mt}:")
+        e(ind + 1, load)
+        e(ind, "else:")
+        e(ind + 1, zero)
+
     for mt in range(m_tiles):
         for G in range(super_groups):
             if group_steps == 1:
-                kk = f"k0_ + {G * group_k}"
-                e(ind, f"if {kk} < klim_{mt}:")
-                e(ind + 1, f"bv2 = ldg_v2(a32, aix_{mt} + kq_ + {G * group_k // unit})")
-                e(ind, "else:")
-                e(ind + 1, "bv2 = (np.uint32(0), np.uint32(0))")
+                guarded(mt, f"k0_ + {G * group_k}", f"bv2 = ldg_v2(a32, aix_{mt} + kq_ + {G * group_k // unit})",
+                        "bv2 = (np.uint32(0), np.uint32(0))")
                 for x in range(2):
                     e(ind, f"{dst}_{mt}_{G}_{x} = bv2[{x}]")
             else:
                 for q in range(group_steps // 2):
-                    kk = f"k0_ + {G * group_k + 8 * q}"
-                    e(ind, f"if {kk} < klim_{mt}:")
-                    e(ind + 1, f"bv = ldg_v4(a32, aix_{mt} + kq_ + {(G * group_k + 8 * q) // unit})")
-                    e(ind, "else:")
-                    e(ind + 1, "bv = Z4")
+                    guarded(mt, f"k0_ + {G * group_k + 8 * q}",
+                            f"bv = ldg_v4(a32, aix_{mt} + kq_ + {(G * group_k + 8 * q) // unit})", "bv = Z4")
                     for x in range(4):
                         e(ind, f"{dst}_{mt}_{G}_{4 * q + x} = bv[{x}]")
 
+
 def emit_weight_loads(e, ind, p, tag, TPW, vectors, super_blocks, zp_kind, scales: bool) -> list:
     """Loads of one work item's weight vectors into ``{p}_{tag}{i}_{j}`` (tile ``i``, vector ``j``) and, with
-    ``scales``, its scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}``;
-    returns the ``(suffix, zero)`` pairs that clear them. Two scale words are one 8-byte request; scalar
-    loads index with an unsigned integer (no negative-index wraparound code)."""
+    ``scales``, its scale words and zero points (``emit_scale_loads``); returns the ``(suffix, zero)`` pairs
+    that clear them."""
     zeros = []
     for i in range(TPW):
         for j in range(vectors):
             e(ind, f"{p}_{tag}{i}_{j} = ldg_v4(bq, (((tile0 + {i}) * n_super + scl) * {vectors} + {j}) * 32 + lane)")
             zeros.append((f"_{tag}{i}_{j}", "Z4"))
-        if not scales:
-            continue
-        e(ind, f"tsc = (tile0 + {i}) * n_super + scl")
-        sc = f"{p}sc_{tag}{i}"
-        if super_blocks == 4:  # 4 words = one 16-byte load
-            e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+        if scales:
+            zeros += emit_scale_loads(e, ind, p, tag, i, super_blocks, zp_kind, "scl")
+    return zeros
+
+
+def emit_scale_loads(e, ind, p, tag, i, super_blocks, zp_kind, chunk: str) -> list:
+    """Tile ``i``'s scale words ``{p}sc_{tag}{i}_{q}`` and packed zero points ``{p}zp_{tag}{i}_{h}_{bb}`` of
+    super-chunk ``chunk``; returns the ``(suffix, zero)`` pairs that clear them. Two scale words are one 8-byte
+    request; scalar loads index with an unsigned integer (no negative-index wraparound code)."""
+    zeros = []
+    e(ind, f"tsc = (tile0 + {i}) * n_super + {chunk}")
+    sc = f"{p}sc_{tag}{i}"
+    if super_blocks == 4:  # 4 words = one 16-byte load
+        e(ind, "sv = ldg_v4(sw, tsc * 8 + g)")
+        for q in range(4):
+            e(ind, f"{sc}_{q} = sv[{q}]")
+    elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
+        for v in range(2):
+            e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
             for q in range(4):
-                e(ind, f"{sc}_{q} = sv[{q}]")
-        elif super_blocks == 8:  # 2-bit block 16 (128-k super-chunks): two 16-byte loads
-            for v in range(2):
-                e(ind, f"sv = ldg_v4(sw, (tsc * 8 + g) * 2 + {v})")
-                for q in range(4):
-                    e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
-        elif super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
-            e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
-            for q in range(2):
-                e(ind, f"{sc}_{q} = sv2[{q}]")
-        elif super_blocks == 1:
-            e(ind, f"{sc}_0 = np.uint32(sw[np.uint64(tsc * 8 + g)])")
-        else:
-            raise ValueError(f"gemv_mma: {super_blocks} quantisation blocks per super-chunk")
-        zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
-        if zp_kind == "packed":
-            for h in range(2):
-                for bb in range(super_blocks):
-                    e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[np.uint64(tsc * {16 * super_blocks} + g * "
-                           f"{2 * super_blocks} + {h * super_blocks + bb})])")
-                    zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
+                e(ind, f"{sc}_{4 * v + q} = sv[{q}]")
+    elif super_blocks == 2:  # block 32: the lane's two scale words as one 8-byte request
+        e(ind, "sv2 = ldg_v2(sw, tsc * 8 + g)")
+        for q in range(2):
+            e(ind, f"{sc}_{q} = sv2[{q}]")
+    elif super_blocks == 1:
+        e(ind, f"{sc}_0 = np.uint32(sw[np.uint64(tsc * 8 + g)])")
+    else:
+        raise ValueError(f"gemv_mma: {super_blocks} quantisation blocks per super-chunk")
+    zeros += [(f"sc_{tag}{i}_{q}", "np.uint32(0)") for q in range(super_blocks)]
+    if zp_kind == "packed":
+        for h in range(2):
+            for bb in range(super_blocks):
+                e(ind, f"{p}zp_{tag}{i}_{h}_{bb} = np.uint32(zpk[np.uint64(tsc * {16 * super_blocks} + g * "
+                       f"{2 * super_blocks} + {h * super_blocks + bb})])")
+                zeros.append((f"zp_{tag}{i}_{h}_{bb}", "np.uint32(0)"))
     return zeros
 
 
@@ -241,9 +283,10 @@ def emit_position(e, ind, m_tiles) -> None:
 
 
 def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4,
-               l2pf: bool = False) -> str:
+               l2pf: bool = False, kfull: bool = False) -> str:
     """Python source of the kernel for one specialisation (see module docstring and ``Tactic``);
-    ``l2pf``: also ``prefetch_l2`` the weights ``L2PF_AHEAD`` stages beyond each loaded one."""
+    ``l2pf``: also ``prefetch_l2`` the weights ``L2PF_AHEAD`` stages beyond each loaded one; ``kfull``: K is a
+    multiple of the super-chunk, the activation loads are unguarded (``emit_setup``)."""
     TPW, warps, unroll = tac.tpw, tac.warps, tac.unroll
     prefetch, ksplit, stages = tac.pf, tac.ksplit, tac.stages
     split_warps = warps * ksplit  # warps that share one tile group's K loop (split-K stride)
@@ -261,14 +304,14 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         e(1, "tile0 = grp * TPW")
         e(1, f"gw = split * {warps} + warp")
     e(1, "Z4 = (np.uint32(0), np.uint32(0), np.uint32(0), np.uint32(0))")
-    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps)
+    emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps, kfull)
     ring = None
     if tac.smem:  # stages in a shared-memory ring filled by cp.async (``mma_smem``)
         ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)
         ring.setup(1)
 
     def load_act(ind, dst, sc):
-        emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps)
+        emit_load_act(e, ind, dst, sc, super_k, m_tiles, super_groups, group_k, group_steps, kfull)
 
     n_act = 2 if group_steps == 1 else 4 * (group_steps // 2)
 
@@ -303,7 +346,13 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     def emit_compute(p):
         """The ``unroll`` super-chunks of slot ``p``: activations (prefetched with ``pf = 2``), then each tile's
-        quantisation blocks (``emit_block_mma``)."""
+        quantisation blocks (``emit_block_mma``). K-full kernels without prefetched activations load those of
+        every super-chunk first (module docstring: activation loads)."""
+        early = kfull and prefetch < 2 and ring is None
+        if early:
+            for u in range(unroll):
+                e(2, f"sca_ = min(base + {u * split_warps}, n_super - 1)")
+                load_act(2, f"ka{u}", "sca_")
         for u in range(unroll):
             e(2, f"sc_ = base + {u * split_warps}")
             e(2, "if sc_ < n_super:")
@@ -311,25 +360,23 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
             if ring is not None:
                 for i in range(TPW):
                     ring.read(ind, p, u, i, "coff")
-            if prefetch >= 2:
+            if prefetch >= 2 or early:
+                src = f"ka{u}" if early else f"{p}ac_{u}"
                 for mt in range(m_tiles):
                     for G in range(super_groups):
                         for x in range(n_act):
-                            e(ind, f"b_{mt}_{G}_{x} = {p}ac_{u}_{mt}_{G}_{x}")
+                            e(ind, f"b_{mt}_{G}_{x} = {src}_{mt}_{G}_{x}")
             else:
                 load_act(ind, "b", "sc_")
             for i in range(TPW):
-                if prefetch == 0:
-                    e(ind, f"sb = ((tile0 + {i}) * n_super + sc_) * {16 * super_blocks} + g * {2 * super_blocks}")
+                q = p
+                if prefetch == 0:  # this stage's scale words and zero points, loaded as pf >= 1 loads them ahead
+                    q = "c"
+                    emit_scale_loads(e, ind, q, f"{u}_", i, super_blocks, zp_kind, "sc_")
                 for bb in range(super_blocks):
-                    if prefetch == 0:
-                        sl, sh = f"ld(sc, np.uint64(sb + {bb}))", f"ld(sc, np.uint64(sb + {super_blocks + bb}))"
-                        zp = (f"np.uint32(zpk[np.uint64(sb + {bb})])",
-                              f"np.uint32(zpk[np.uint64(sb + {super_blocks + bb})])")
-                    else:
-                        sl = scale_bits_expr(act, f"{p}sc_{u}_{i}_{bb >> 1}", bb & 1)
-                        sh = scale_bits_expr(act, f"{p}sc_{u}_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1)
-                        zp = (f"{p}zp_{u}_{i}_0_{bb}", f"{p}zp_{u}_{i}_1_{bb}")
+                    sl = scale_bits_expr(act, f"{q}sc_{u}_{i}_{bb >> 1}", bb & 1)
+                    sh = scale_bits_expr(act, f"{q}sc_{u}_{i}_{(super_blocks + bb) >> 1}", (super_blocks + bb) & 1)
+                    zp = (f"{q}zp_{u}_{i}_0_{bb}", f"{q}zp_{u}_{i}_1_{bb}")
                     emit_block_mma(e, ind, i=i, bb=bb, m_tiles=m_tiles, block_steps=block_steps,
                                    group_steps=group_steps, c=c, s_lo=sl, s_hi=sh,
                                    zp=zp if zp_kind == "packed" else None, word=lambda j, u=u, i=i: f"{p}_{u}_{i}_{j}",
