@@ -72,7 +72,10 @@ def sm_count(simulated: bool) -> int:
 
 
 #: version of the generated tensor-core kernels the tuned tables were measured with (2: one-LOP3 decode,
-#: fp16 registers 1/3 decoded in place, cvt scales, 8-byte scale loads, one-compare activation guards)
+#: fp16 registers 1/3 decoded in place, cvt scales, 8-byte scale loads, one-compare activation guards). The
+#: K-full kernels (unguarded activation loads) did not bump it: they were timed on the v2 table's own tactics
+#: against the v2 kernels, default calls of 4-, 8- and 2-bit (``benchmarks/results/2026-12-03-h200-gemv-kfull``),
+#: not refitted; a refit of the table for them is a new version.
 KERNEL_VERSION = 2
 #: the GPU whose table serves GPUs without one of their own
 DEFAULT_GPU = "h200"
