@@ -26,6 +26,9 @@ and the main loop (``main_loop``: the loop with the most tensor-core instruction
 counted, with its opcodes (``loop_ops``, most frequent first): the GEMV is bound by instruction issue when
 its loads are not, so instructions per weight code is the figure to cut (see
 ``benchmarks/results/2026-12-02-h200-gemv-v2``).
+``late_loads`` counts the main loop's global loads issued after an HMMA of their basic block and consumed by
+a later one: each is one more memory latency per iteration (``benchmarks/results/2026-12-03-h200-gemv-kfull``:
+such a load cost 16-22% on latency-bound shapes).
 """
 from __future__ import annotations
 
@@ -70,13 +73,76 @@ _SASS_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-
 _SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _SASS_BRANCH = re.compile(r"\bBRA\s+`\((\.L_x_\d+)\)")
 _TENSOR_OPS = ("HMMA", "HGMMA", "IMMA")
+_SASS_DEST = re.compile(r"\*/\s+(?:@!?U?P[T0-9]+\s+)?[A-Z][A-Z0-9_.]*\s+R(\d+),")
+_SASS_LDG = re.compile(r"\bLDG\.\S+\s+R(\d+),")
+_SASS_HMMA = re.compile(r"\bHMMA\.(\d+)\S*\s+R\d+,\s*R(\d+),\s*R(\d+),\s*R(\d+|Z)")
+#: registers of an HMMA's A, B and C operands by shape (m16n8k16: 4, 2, 4; m16n8k8: 2, 1, 4)
+_HMMA_REGS = {"16816": (4, 2, 4), "1688": (2, 1, 4)}
+
+
+def _load_regs(line: str) -> set:
+    """Registers an LDG writes (``.128``: 4, ``.64``: 2, else 1), or empty for another instruction."""
+    m = _SASS_LDG.search(line)
+    if not m:
+        return set()
+    n = 4 if ".128" in line else 2 if ".64" in line else 1
+    return set(range(int(m.group(1)), int(m.group(1)) + n))
+
+
+def _hmma_sources(line: str) -> set | None:
+    """Registers an HMMA reads (A, B, C), or None for another instruction."""
+    m = _SASS_HMMA.search(line)
+    if not m:
+        return None
+    sizes = _HMMA_REGS.get(m.group(1), (1, 1, 1))
+    regs = set()
+    for first, n in zip(m.group(2, 3, 4), sizes):
+        if first != "Z":
+            regs |= set(range(int(first), int(first) + n))
+    return regs
+
+
+def late_loads(body: list) -> int:
+    """Global loads in a loop body that an HMMA of the same basic block consumes although an earlier HMMA of
+    that block was issued before them: each one is a memory latency the block waits for after its tensor work
+    has begun (the pattern of ptxas issuing a stage's second activation load after the first HMMA pair:
+    ``benchmarks/results/2026-12-03-h200-gemv-kfull``). Loads consumed in a later iteration (prefetch) or
+    never by an HMMA do not count."""
+    count = 0
+    blocks, cur = [], []
+    for line in body:
+        if _SASS_LABEL.match(line) and cur:
+            blocks.append(cur)
+            cur = []
+        cur.append(line)
+    blocks.append(cur)
+    for blk in blocks:
+        seen_mma = False
+        pending = []  # registers of loads issued after an HMMA of this block, not yet consumed
+        for line in blk:
+            src = _hmma_sources(line)
+            if src is not None:
+                count += sum(1 for regs in pending if regs & src)
+                pending = [regs for regs in pending if not regs & src]
+                seen_mma = True
+                continue
+            regs = _load_regs(line)
+            if regs:
+                if seen_mma:
+                    pending.append(regs)
+                continue
+            d = _SASS_DEST.search(line)
+            if d:  # another instruction overwrites a loaded register: that value is no longer the load's
+                pending = [r - {int(d.group(1))} for r in pending]
+    return count
 
 
 def main_loop(sass: str) -> dict:
     """The main loop of a kernel's SASS (``nvdisasm -c`` text): of the loops (a label to a branch back to it),
     the one with the most tensor-core instructions (HMMA / HGMMA / IMMA), then the longest (a GEMV's cross-warp
-    reduction loop can be longer than its K loop); ``{"main_loop": instructions, "loop_ops": {opcode: count}}``
-    (opcodes without modifiers, most frequent first); empty without a backward branch."""
+    reduction loop can be longer than its K loop); ``{"main_loop": instructions, "late_loads": late_loads(...),
+    "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent first); empty without a backward
+    branch."""
     lines = sass.splitlines()
     labels = {}
     best = None
@@ -86,18 +152,20 @@ def main_loop(sass: str) -> dict:
             labels[m.group(1)] = i
         b = _SASS_BRANCH.search(line)
         if b and b.group(1) in labels:
-            body = [x for x in lines[labels[b.group(1)]:i + 1] if _SASS_INSTR.search(x)]
+            span = lines[labels[b.group(1)]:i + 1]
+            body = [x for x in span if _SASS_INSTR.search(x)]
             key = (sum(_SASS_INSTR.search(x).group(2) in _TENSOR_OPS for x in body), len(body))
             if best is None or key > best[0]:
-                best = (key, body)
+                best = (key, body, span)
     if best is None:
         return {}
-    best = best[1]
+    _, body, span = best
     ops = {}
-    for x in best:
+    for x in body:
         op = _SASS_INSTR.search(x).group(2)
         ops[op] = ops.get(op, 0) + 1
-    return {"main_loop": len(best), "loop_ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))}
+    return {"main_loop": len(body), "late_loads": late_loads(span),
+            "loop_ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def _fake_device():

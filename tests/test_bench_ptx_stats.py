@@ -46,6 +46,39 @@ def test_the_tensor_core_loop_wins_over_a_longer_one():
     assert main_loop(sass.replace("HMMA.16816.F32", "FMUL"))["main_loop"] == 13  # no tensor op: the longest
 
 
+def _loop(*instrs):
+    """A one-block loop of ``instrs`` in ``nvdisasm -c`` format."""
+    body = "".join(f"        /*{0x20 + 16 * k:04x}*/                   {x} ;\n" for k, x in enumerate(instrs))
+    return f".L_x_1:\n{body}        /*{0x20 + 16 * len(instrs):04x}*/              @P0 BRA `(.L_x_1) ;\n"
+
+
+LD_A = "LDG.E.128.CONSTANT R28, desc[UR4][R54.64]"
+LD_B = "LDG.E.128.CONSTANT R32, desc[UR4][R54.64+0x40]"
+MMA_A = "HMMA.16816.F32 R36, R40, R28, RZ"  # B operand R28..R29
+MMA_B = "HMMA.16816.F32 R36, R44, R32, R36"  # B operand R32..R33
+
+
+def test_late_loads_counts_a_load_issued_after_an_hmma_that_a_later_hmma_waits_for():
+    """The 2026-12-03 pattern: the stage's second activation load after the first HMMA, consumed in the block."""
+    assert main_loop(_loop(LD_A, LD_B, MMA_A, MMA_B))["late_loads"] == 0
+    assert main_loop(_loop(LD_A, MMA_A, LD_B, MMA_B))["late_loads"] == 1
+    assert main_loop(_loop(MMA_A, LD_A, LD_B, MMA_A, MMA_B))["late_loads"] == 2
+    # a register of the load's vector other than the first (R31 of R28..R31, as an A operand R30..R33) counts
+    assert main_loop(_loop(MMA_B, LD_A, "HMMA.16816.F32 R36, R30, R12, R36"))["late_loads"] == 1
+
+
+def test_late_loads_ignores_prefetch_overwritten_and_other_blocks():
+    # consumed by no HMMA of the block (a prefetch for the next iteration)
+    assert main_loop(_loop(MMA_A, LD_B, "IADD3 R2, R2, 0x1, RZ"))["late_loads"] == 0
+    # overwritten before the HMMA reads the register: not the load's value any more
+    assert main_loop(_loop(MMA_A, LD_B, "MOV R32, R2", "MOV R33, R3", MMA_B))["late_loads"] == 0
+    # a label between them: the HMMA before the load, or the one consuming it, is in another basic block
+    assert main_loop(_loop(MMA_A, LD_B, MMA_B))["late_loads"] == 1
+    for split in (LD_B, MMA_A):
+        sass = _loop(MMA_A, LD_B, MMA_B).replace(f"{split} ;\n", f"{split} ;\n.L_x_2:\n")
+        assert main_loop(sass)["late_loads"] == 0
+
+
 def test_no_backward_branch_no_loop():
     assert main_loop(SASS.replace("`(.L_x_4)", "`(.L_x_5)").replace("`(.L_x_3)", "`(.L_x_5)")) == {}
 
