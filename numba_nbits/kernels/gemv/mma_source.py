@@ -346,9 +346,9 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     def emit_compute(p):
         """The ``unroll`` super-chunks of slot ``p``: activations (prefetched with ``pf = 2``), then each tile's
-        quantisation blocks (``emit_block_mma``). K-full kernels without prefetched activations load those of
-        every super-chunk first (module docstring: activation loads)."""
-        early = kfull and prefetch < 2 and ring is None
+        quantisation blocks (``emit_block_mma``). K-full kernels with ``unroll >= 2`` without prefetched
+        activations load those of every super-chunk first (module docstring: activation loads)."""
+        early = kfull and prefetch < 2 and ring is None and unroll >= 2
         if early:
             for u in range(unroll):
                 e(2, f"sca_ = min(base + {u * split_warps}, n_super - 1)")
