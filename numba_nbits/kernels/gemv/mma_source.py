@@ -48,7 +48,7 @@ Unguarded, ptxas was free to issue a stage's second 16-byte activation load afte
 problems. So the K-full kernels with ``unroll >= 2`` without activation prefetch (``pf < 2``, register
 pipeline) load the activations of all ``unroll`` super-chunks of a stage at the top of its compute, the index
 clamped to the last super-chunk (a chunk past it is loaded but never computed), and ptxas issues them
-together. Unroll-1 kernels load them where they are used: hoisted there, the block-128 M = 1 kernel ran 9-15%
+together. Unroll-1 kernels load them where they are used: hoisted there, the block-128 M = 1 kernel ran 9-18%
 slower at 4096 rows (``benchmarks/results/2026-12-03-h200-gemv-kfull``; ``benchmarks.ptx_stats --sass``
 counts such loads as ``late_loads``).
 """
