@@ -4,6 +4,7 @@ A lane waiting in a ``*_sync`` primitive must not give up because its peers are 
 threads share one interpreter; a loaded machine can stall a lane for a long time), and must raise at once,
 naming the culprit, when a lane it waits for can never arrive.
 """
+import threading
 import time
 
 import numpy as np
@@ -51,6 +52,13 @@ def _half_in_syncthreads(out):
         out[t] = cuda.shfl_xor_sync(0xFFFFFFFF, t, 1)
 
 
+@cuda.jit
+def _sync_then_shuffle(out):
+    t = cuda.threadIdx.x
+    cuda.syncthreads()
+    out[t] = cuda.shfl_xor_sync(0xFFFFFFFF, t, 1)
+
+
 def _expected_sums(threads):
     return np.array([sum(range(32 * (t // 32) + 1, 32 * (t // 32) + 33)) for t in range(threads)])
 
@@ -87,3 +95,31 @@ def test_a_lane_in_syncthreads_is_named_at_once(sim):
     out = np.zeros(32, np.int64)
     with pytest.raises(RuntimeError, match=r"deadlock: .*thread \d+ waits in syncthreads\(\)"):
         _half_in_syncthreads[1, 32](out)
+
+
+def test_a_lane_released_from_syncthreads_before_its_peers_waits_for_them(sim, monkeypatch):
+    """The manager lets the threads out of a syncthreads() one by one (flag cleared, then event set). A lane
+    let out first reaches the shuffle while its peers still look blocked in that syncthreads(): it must wait,
+    not report a deadlock (CI, 2026-12-03: test_fp32_accumulation[gemv_w4-float32] under load). Made
+    deterministic here: the second release stalls 20 polls."""
+    from numba.cuda.simulator import kernel as simkernel
+
+    calls = []
+
+    class SlowEvent(threading.Event):
+        def set(self):
+            calls.append(None)
+            if len(calls) == 2:
+                time.sleep(20 * sim.POLL_S)
+            super().set()
+
+    init = simkernel.BlockThread.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.syncthreads_event = SlowEvent()
+
+    monkeypatch.setattr(simkernel.BlockThread, "__init__", __init__)
+    out = np.zeros(32, np.int64)
+    _sync_then_shuffle[1, 32](out)
+    np.testing.assert_array_equal(out, np.arange(32) ^ 1)

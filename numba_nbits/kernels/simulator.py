@@ -83,7 +83,9 @@ class _WarpSync:
             if p.__dict__.get("_nbits_done"):
                 err = f" after raising {p.exception[0]!r}" if p.exception else ""
                 stuck.append(f"thread {self.base + lane} has returned{err}")
-            elif p.syncthreads_blocked:
+            elif p.syncthreads_blocked and p.__dict__.get("_nbits_syncs", 0) > t.__dict__.get("_nbits_syncs", 0):
+                # in a syncthreads() this lane has not reached. One it has passed is being released: the
+                # simulator's manager clears the threads' flags one by one after letting them all go.
                 stuck.append(f"thread {self.base + lane} waits in syncthreads()")
         if stuck:
             raise RuntimeError(f"deadlock: thread {t.thread_id} waits in a warp primitive with member threads "
@@ -300,10 +302,11 @@ def _install_strict_indexing(kernelapi, devicearray) -> None:
 
 
 def _install_thread_registry(simkernel) -> None:
-    """Each simulated thread registers with its block's manager when created and marks itself done when it
-    returns, so a lane waiting in a warp primitive can tell a lane that will never arrive from a slow one."""
+    """Each simulated thread registers with its block's manager when created, counts the ``syncthreads()``
+    it enters and marks itself done when it returns, so a lane waiting in a warp primitive can tell a lane
+    that will never arrive from a slow one."""
     cls = simkernel.BlockThread
-    init, run = cls.__init__, cls.run
+    init, run, sync = cls.__init__, cls.run, cls.syncthreads
 
     def __init__(self, f, manager, *args, **kwargs):
         init(self, f, manager, *args, **kwargs)
@@ -316,7 +319,11 @@ def _install_thread_registry(simkernel) -> None:
         finally:
             self._nbits_done = True
 
-    cls.__init__, cls.run = __init__, run_
+    def syncthreads(self):
+        self._nbits_syncs = self.__dict__.get("_nbits_syncs", 0) + 1
+        sync(self)
+
+    cls.__init__, cls.run, cls.syncthreads = __init__, run_, syncthreads
 
 
 _PRIMITIVES = (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync, syncwarp, ballot_sync, all_sync,
