@@ -121,22 +121,26 @@ def test_gemv_mma_variants(rng, M, N, K, bs, dtype, zp, tactic):
     _check(_run(w, A, M, tactic), ref, dtype)
 
 
+@pytest.mark.parametrize("tag", ["t1w1u1p1", "t1w1u2p1"])
 @pytest.mark.parametrize("bits,bs", [(4, 32), (4, 128), (8, 16), (2, 64)])
-def test_k_full_kernels_read_no_activation_guard(rng, bits, bs):
+def test_k_full_kernels_read_no_activation_guard(rng, bits, bs, tag):
     """K a multiple of the super-chunk: the ``_kf`` kernel (activation loads unguarded, rows >= M read row
-    M - 1); K with a tail: the guarded kernel. Both against the oracle, M = 3 and 9 (padded rows in one and
-    two m-tiles)."""
+    M - 1; with unroll 2 a stage's activations load first, the second super-chunk's index clamped to the last
+    one: K = one super-chunk loads it twice and computes it once); K with a tail: the guarded kernel. Both
+    against the oracle, M = 3 and 9 (padded rows in one and two m-tiles)."""
     ks = L.super_chunk(bs, bits)
+    tac = GT.Tactic.parse(tag)
     for K in (ks, ks + 8 * (1 if bs == 16 else 2)):
         full = K % ks == 0
         for M in (3, 9):
             w, A, ref = _make(rng, 16, K, bs, "float16", "packed", M, bits)
             p = Problem(M=M, N=16, K=K, bits=bits, block_size=bs, dtype="float16", zero_points="packed")
-            plan = G.build(w, p, None, GT.Tactic.parse("t1w1u1p1"))
+            plan = G.build(w, p, None, tac)
             assert plan.kernel.endswith("_kf") == full, (K, plan.kernel)
-            _check(_run(w, A, M, GT.Tactic.parse("t1w1u1p1")), ref, "float16")
-        src = G.generate_source("float16", 2, GT.Tactic.parse("t1w1u1p1"), bs, "packed", bits, False, full)
+            _check(_run(w, A, M, tac), ref, "float16")
+        src = G.generate_source("float16", 2, tac, bs, "packed", bits, False, full)
         assert ("klim" in src) != full and ("else M - 1" in src) == full
+        assert ("sca_ = min(" in src) == (full and tac.unroll >= 2)
 
 
 if SIM:
