@@ -803,6 +803,21 @@ def test_bound_launches_its_graph_from_the_second_call_unless_the_stream_is_capt
     assert m0() == "OUT" and m0() == "OUT" and len(_FakeGraph.made) == 2
 
 
+@pytest.mark.parametrize("config, environ, debug, expected", [
+    (None, {}, False, True),  # the default
+    ({"numba_nbits.call_graphs": False}, {}, False, False),
+    (None, {"NUMBA_NBITS_CALL_GRAPHS": "0"}, False, False),
+    ({"numba_nbits.call_graphs": "1"}, {"NUMBA_NBITS_CALL_GRAPHS": "0"}, False, True),  # config wins
+    (None, {}, True, False),  # a plan that prints the ORT_FPA_INTB_DEBUG line runs entry.run every call
+])
+def test_call_graphs_knob_decides_whether_records_and_bound_calls_keep_graphs(rng, config, environ, debug, expected):
+    import types
+
+    op, _, _ = _small_op(rng, config=config, environ=environ)
+    assert op.config.call_graphs is (expected or debug)
+    assert op._call_graphs(types.SimpleNamespace(debug_line="line" if debug else None)) is expected
+
+
 @pytest.mark.skipif(not SIMULATED, reason="NumPy out= is a simulator-only form")
 def test_kinds_without_a_reader_stay_on_the_general_path(rng):
     op, K, N = _small_op(rng)
