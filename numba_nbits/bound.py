@@ -24,7 +24,8 @@ into a ``CallGraph`` (``graphs.py``: recorded on a private stream, instantiated)
 launches the pair with one ``cuGraphLaunch``, which costs less host time than one ``cuLaunchKernel``. A record
 keeps ``GRAPHS_PER_RECORD`` pairs (a decode loop reuses a few buffers; the oldest is dropped). A graph bakes
 in the addresses only, so memory freed and reallocated at the same address with the recorded layout is
-served correctly. Into a stream that is capturing (a graph being recorded by the caller) the launches are
+served correctly. The operator's ``numba_nbits.call_graphs`` knob (``NUMBA_NBITS_CALL_GRAPHS``) off: no graphs,
+every call launches its kernels. Into a stream that is capturing (a graph being recorded by the caller) the launches are
 issued directly, so that capture records what it would without graphs; stream 0 never captures and needs
 no query. Plans that print the ``ORT_FPA_INTB_DEBUG`` line on every call get no graphs.
 
