@@ -17,8 +17,10 @@ arrays; torch and CuPy when installed with CUDA) it times
 * ``graph replay``   ``numba_nbits.capture`` of 100 ``op(A, out=O, stream=s)`` calls, replayed: host
                      time per replay divided by the 100 nodes;
 
-and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches)
-and ``adapt_input`` per kind.
+and, per route, the layers under the call: ``entry.run`` (plan level: pointer rewrites + launches),
+``adapt_input`` per kind and, on a GPU, the steady-state record's own steps (``bound.py``): reading A's and
+Y's pointers, reading the producer's current stream (torch, CuPy) and the ``cuGraphLaunch`` of the record's
+graph for that pointer pair (made once call graphs are on and the pair was seen twice).
 
 Then one row per remaining route of the dispatch table (``ROUTE_CASES``: 4-bit GEMV at M=8 and with a
 bias that is added by the separate bias kernel, 8-bit and 2-bit GEMV, the router GEMV on 32x2880 with
@@ -30,6 +32,7 @@ Method: each row's ``host_us`` is the median over ``--batches`` batches of ``--c
 calls (after 200 warmup calls) of wall time / calls, in microseconds; the GPU is synchronised between
 batches, outside the timed loop (``numba_nbits.perf.harness`` times host calls in one short pass of
 at most a few hundred calls, too few for these sub-10-us figures, so the batches are timed here).
+Before each route's GPU times, ``warm_gpu`` runs its call back to back for 0.3 s, so the GPU's clocks are up.
 Each route's ``gpu_us`` is the GPU time per node of a CUDA graph of ``op(A, out=O, stream=s)`` calls
 and ``eager_gpu_us`` the GPU time per eager ``op(A, out=O, stream=s)`` call (back-to-back calls
 between CUDA events, as the steady-state path issues them), both from
@@ -69,6 +72,7 @@ FIELDS = ["route", "shape", "M", "kind", "what", "host_us", "batch_us", "gpu_us"
 
 
 WARMUP = 200
+WARM_S = 0.3  # seconds of back-to-back calls before each GPU measurement (warm_gpu)
 
 
 def _median_us(fn, calls: int, batches: int, sync) -> tuple[float, list[float]]:
@@ -95,6 +99,7 @@ def _gpu_us_per_call(op, A, O, sim: bool) -> tuple[float | None, float | None]:
         return None, None
     from numba_nbits.perf import harness
 
+    warm_gpu(lambda: op(A, out=O))
     backend = harness.make_backend()
     try:  # batches and graphs of >= GPU_BATCH_US of work: a graph's own launch cost spread over many nodes
         r = harness.measure(backend, _Subject(op, A, O), harness.Budget(min_batch_us=GPU_BATCH_US), host=False)
@@ -102,6 +107,21 @@ def _gpu_us_per_call(op, A, O, sim: bool) -> tuple[float | None, float | None]:
         backend.close()
     us = r["us_graph"]
     return (None if us != us else us), r["us_p50"]  # NaN: the capture failed (its note is in the harness row)
+
+
+def warm_gpu(call, seconds: float = WARM_S) -> None:
+    """Back-to-back ``call()`` for ``seconds`` of wall time, then a synchronisation: the GPU's clocks up before a
+    GPU time is taken (the first case of a run, measured straight after the process started, read 9.25 us per
+    graph node for a 4096x4096 GEMV that takes 4.1 us once warm: ``results/2026-12-03-h200-call-graphs``)."""
+    import time
+
+    from numba import cuda
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            call()
+    cuda.synchronize()
 
 
 def gpu_bound(host: float, gpu: float | None) -> bool:
@@ -246,6 +266,17 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
             add(route, shape, M, kind, "op(A, out=O, stream=s)", h, per, gpu)
         h, per = _median_us(lambda: adapt_input(A, "A", sim), calls, batches, sync)
         add(route, shape, M, kind, "adapt_input(A)", h, per, (None, None))
+        rec = op._calls.get((type(A), A.shape, type(O), O.shape))
+        if rec is not None and not sim:  # the steady-state path's own layers (bound.py)
+            h, per = _median_us(lambda: (rec.read_a(A), rec.read_o(O)), calls, batches, sync)
+            add(route, shape, M, kind, "record: read A, Y pointers", h, per, (None, None))
+            if rec.stream_of is not None:
+                h, per = _median_us(rec.stream_of, calls, batches, sync)
+                add(route, shape, M, kind, "record: current stream", h, per, (None, None))
+            g = rec.graphs.get((rec.read_a(A), rec.read_o(O)))
+            if g is not None:
+                h, per = _median_us(lambda: g(0), calls, batches, sync)
+                add(route, shape, M, kind, "record: cuGraphLaunch", h, per, gpu)
         if kind == "numba":  # plan level, once per route
             entry = op._entries[M]
             a, o = adapt_input(A, "A", sim).dev, adapt_input(O, "out", sim).dev

@@ -19,16 +19,27 @@ type(Y), Y.shape)``; a later call with that key does one dict lookup and then on
   lean form (and an unaligned A on the tensor-core GEMV) move the pointers of this thread's two
   pre-built 2-D views (``(M, K)`` and ``(M, N)``) and call ``entry.run(a, y, stream)`` instead.
 
+The second time a record sees the same pair of A and Y pointers it captures that call's launches once
+into a ``CallGraph`` (``graphs.py``: recorded on a private stream, instantiated) and from then on
+launches the pair with one ``cuGraphLaunch``, which costs less host time than one ``cuLaunchKernel``. A record
+keeps ``GRAPHS_PER_RECORD`` pairs (a decode loop reuses a few buffers; the oldest is dropped). A graph bakes
+in the addresses only, so memory freed and reallocated at the same address with the recorded layout is
+served correctly. The operator's ``numba_nbits.call_graphs`` knob (``NUMBA_NBITS_CALL_GRAPHS``) off: no graphs,
+every call launches its kernels. Into a stream that is capturing (a graph being recorded by the caller) the launches are
+issued directly, so that capture records what it would without graphs; stream 0 never captures and needs
+no query. Plans that print the ``ORT_FPA_INTB_DEBUG`` line on every call get no graphs.
+
 Whatever a reader does not recognise as the recorded layout (another dtype, device, strides, a
 non-contiguous tensor, overlap) makes the record answer ``None`` and the call takes the general path,
 which raises the same errors as always (or serves the unusual but valid layout). Nothing here
-allocates on a GPU beyond Python's small ints, synchronises or compiles, so a recorded call can be
-captured into a CUDA graph.
+synchronises or compiles, and graphs are made only outside capture, so a recorded call can be captured
+into a CUDA graph.
 
 ``op.bind(A, out, stream=None)`` makes a ``Bound``: the general checks run once, at bind time, and
 the plan is built then (outside capture: during capture a missing plan raises ``CaptureError``). The
-bound callable takes no arguments, runs the plan on the fixed views (its lean form where the plan has
-one: the launches alone) and returns ``out``; with
+bound callable takes no arguments, runs the plan on the fixed views and returns ``out``: the first call
+issues the launches (the plan's lean form where it has one), the second captures them into a ``CallGraph``
+and from then on a call is one ``cuGraphLaunch`` (into a capturing stream: the launches themselves); with
 ``stream=None`` it reads the producer's current stream on each call, as ``op(A, out=out)`` does.
 It keeps A and out alive, so their memory cannot be freed while it exists.
 """
@@ -41,6 +52,19 @@ import numpy as np
 
 from . import arrays
 from .arrays import DevArray, _FAST, _mk, _adapt_cupy, _adapt_numba, _adapt_torch, _torch_current_stream, stream_handle
+from .launch import is_capturing
+from .graphs import CallGraph
+
+
+def _prepare_capture(stream: int) -> None:
+    """Before a ``CallGraph`` captures: the capture stream gets its own cuBLAS workspaces, as every stream an
+    eager GEMM runs on has (``dispatch/cublas.py``), so graph and eager calls give the same bits."""
+    from .dispatch import cublas
+
+    cublas.reserve_workspaces(stream)
+
+GRAPHS_PER_RECORD = 8  # pointer pairs of one recorded layout kept as graphs (the oldest is dropped)
+_SEEN_MAX = 64  # first sightings remembered per record before the memory of them is cleared
 
 
 class Reader:
@@ -114,20 +138,14 @@ def _layout(v: DevArray) -> DevArray:
     return _mk(0, v.shape, v.strides, v.dtype, None, True)
 
 
-def _call_stream(stream, stream_of) -> int:
-    if stream is None:
-        return stream_of() if stream_of is not None else 0
-    return stream if type(stream) is int else stream_handle(stream)
-
-
 class CallRecord:
     """One recorded ``op(A, out=Y)`` layout for a built plan (module docstring)."""
 
     __slots__ = ("run", "read_a", "read_o", "stream_of", "a_bytes", "o_bytes", "a_view", "o_view", "sim", "_tls",
-                 "runner_of")
+                 "runner_of", "graph_ok", "graphs", "_seen")
 
     def __init__(self, run, ra: Reader, ro: Reader, a_view: DevArray, o_view: DevArray, simulated: bool,
-                 runner_of=None):
+                 runner_of=None, graphs: bool = True):
         self.run = run  # entry.run
         self.runner_of = runner_of  # the plan's pointer_runner, or None (the general run only)
         self.read_a, self.read_o, self.stream_of = ra.read, ro.read, ra.stream_of
@@ -135,6 +153,9 @@ class CallRecord:
         self.a_view, self.o_view = _layout(a_view), _layout(o_view)  # each thread moves its own copies' pointers
         self.sim = simulated
         self._tls = threading.local()
+        self.graph_ok = graphs and not simulated  # the simulator has no graphs
+        self.graphs: dict = {}  # (A pointer, Y pointer) -> CallGraph
+        self._seen: dict = {}  # pointer pairs seen once
 
     def __call__(self, A, out, stream):
         """Run the plan for A and ``out`` and return ``out``; None (nothing done) when either is not
@@ -160,13 +181,33 @@ class CallRecord:
             s = so() if so is not None else 0
         else:
             s = stream if type(stream) is int else stream_handle(stream)
+        g = self.graphs.get((pa, po))
+        if g is not None:
+            if s == 0 or not is_capturing(s):
+                g(s)
+                return out
+        elif self.graph_ok:
+            key = (pa, po)
+            seen = self._seen
+            if key in seen and (s == 0 or not is_capturing(s)):  # second sighting: keep these launches as a graph
+                g = self._new_graph(key)
+                g(s)
+                return out
+            if len(seen) >= _SEEN_MAX:
+                seen.clear()
+            seen[key] = True
+        self._launch(pa, po, s)
+        return out
+
+    def _launch(self, pa: int, po: int, s: int) -> None:
+        """This thread's launches of the plan for A at ``pa`` and Y at ``po`` into stream ``s``."""
         tls = self._tls
         r = getattr(tls, "runner", None)
         if r is None:  # this thread's first call: its own lean runner (False: none)
             ro = self.runner_of
             r = tls.runner = (ro(self.a_view, self.o_view) if ro is not None else None) or False
         if r and r(pa, po, s):
-            return out
+            return
         views = getattr(tls, "views", None)
         if views is None:
             views = self._tls.views = (_layout(self.a_view), _layout(self.o_view))
@@ -174,16 +215,27 @@ class CallRecord:
         a.ptr = pa
         o.ptr = po
         self.run(a, o, s)
-        return out
+
+    def _new_graph(self, key) -> CallGraph:
+        """The plan's launches for the pointer pair ``key`` as a ``CallGraph``, kept (the oldest dropped)."""
+        pa, po = key
+        g = CallGraph(lambda cs: self._launch(pa, po, cs), _prepare_capture)
+        graphs = self.graphs
+        while len(graphs) >= GRAPHS_PER_RECORD:
+            graphs.pop(next(iter(graphs))).close()
+        graphs[key] = g
+        self._seen.pop(key, None)
+        return g
 
 
 class Bound:
     """``op.bind(A, out, stream)``: the operator on fixed buffers; ``bound()`` runs it, returns ``out``."""
 
-    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of", "_runner", "_pa", "_po")
+    __slots__ = ("_run", "_a", "_o", "_out", "_keep", "_stream", "_stream_of", "_runner", "_pa", "_po", "_graph",
+                 "_graph_ok", "_ran")
 
     def __init__(self, run, a: DevArray | None, o: DevArray | None, out, keep, stream: int | None,
-                 stream_of, runner=None):
+                 stream_of, runner=None, graph: bool = False):
         self._run = run  # entry.run, or None for M == 0 (nothing to launch)
         # the plan's lean runner (Plan.pointer_runner) for these views, or None; every call stores the same
         # two pointers, so threads sharing it write identical values
@@ -194,18 +246,33 @@ class Bound:
         self._keep = keep  # A (and its device copy): the memory the views point at stays alive
         self._stream = stream  # fixed handle, or None: the producer's current stream per call
         self._stream_of = stream_of
+        # the launches as one CallGraph, made at the second call outside capture (the first one has run the
+        # plan, so whatever a plan sets up on its first run is not captured); binding itself launches nothing
+        self._graph = None
+        self._graph_ok = graph and run is not None
+        self._ran = False
+
+    def _launch(self, s: int) -> None:
+        r = self._runner
+        if r is None or not r(self._pa, self._po, s):
+            self._run(self._a, self._o, s)
 
     def __call__(self):
-        r = self._runner
-        if r is not None:
-            s = self._stream
-            if s is None:
-                so = self._stream_of
-                s = so() if so is not None else 0
-            if not r(self._pa, self._po, s):
-                self._run(self._a, self._o, s)
+        if self._run is None:
             return self._out
-        run = self._run
-        if run is not None:
-            run(self._a, self._o, _call_stream(self._stream, self._stream_of))
+        s = self._stream
+        if s is None:
+            so = self._stream_of
+            s = so() if so is not None else 0
+        g = self._graph
+        if g is not None:
+            if s == 0 or not is_capturing(s):
+                g(s)
+                return self._out
+        elif self._graph_ok and self._ran and (s == 0 or not is_capturing(s)):
+            g = self._graph = CallGraph(self._launch, _prepare_capture)
+            g(s)
+            return self._out
+        self._launch(s)
+        self._ran = True
         return self._out

@@ -86,6 +86,8 @@ ENV_FORCE_ROUTE = "NUMBA_NBITS_FORCE_ROUTE"
 KEY_FORCE_ROUTE = "numba_nbits.force_route"
 ENV_SCRATCH_LIMIT_MB = "NUMBA_NBITS_SCRATCH_LIMIT_MB"
 KEY_SCRATCH_LIMIT_MB = "numba_nbits.scratch_limit_mb"
+ENV_CALL_GRAPHS = "NUMBA_NBITS_CALL_GRAPHS"
+KEY_CALL_GRAPHS = "numba_nbits.call_graphs"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
@@ -340,6 +342,14 @@ _KNOBS: tuple[_Knob, ...] = (
         "int > 0, in MiB; config wins over env",
         "dequant scratch size (N * K_padded * sizeof(T)) above which the fallback chunks along N",
     ),
+    _Knob(
+        "call_graphs", ENV_CALL_GRAPHS, KEY_CALL_GRAPHS, "config",
+        _parse_bool, "bool", "true",
+        "bool: 0/1/true/false; config wins over env",
+        "repeated `op(A, out=Y)` pointer pairs and `op.bind(...)()` launch their kernels as one instantiated "
+        "CUDA graph from the second call (less host time per call; `bound.py`); false: one `cuLaunchKernel` per "
+        "kernel on every call",
+    ),
 )
 
 _KNOB_BY_FIELD = {k.field: k for k in _KNOBS}
@@ -384,12 +394,13 @@ class Config:
     use_tf32: bool = True
     force_route: str | None = None
     scratch_limit_bytes: int = DEFAULT_SCRATCH_LIMIT_MB * MIB
+    call_graphs: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for name in ("fpa_intb_gemm", "fpa_intb_debug", "disable_router_gemv",
-                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32"):
+                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
         for name, low in (("chunk_size", 1), ("m_chunk_size", 0),

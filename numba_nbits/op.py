@@ -269,9 +269,10 @@ class MatMulNBits:
         runner = None if sim else _runner_of(c.entry)
         if runner is not None:
             runner = runner(c.a2, c.o2)
+        graph = not sim and self._call_graphs(c.entry)
         if stream is None and ra is not None and not sim:  # the producer's current stream, read per call
-            return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of, runner)
-        return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None, runner)
+            return Bound(c.entry.run, c.a2, c.o2, out, A, None, ra.stream_of, runner, graph)
+        return Bound(c.entry.run, c.a2, c.o2, out, A, c.s, None, runner, graph)
 
     def _record(self, A, out, c) -> None:
         """Keep the ``CallRecord`` of a successful ``op(A, out=out)`` (``bound.py``)."""
@@ -282,7 +283,14 @@ class MatMulNBits:
         ra, ro = reader_for(A, sim), reader_for(out, sim)
         # None: NumPy / CAI objects / subclasses, which keep the general path (and are not looked at again)
         self._calls[key] = None if ra is None or ro is None else CallRecord(c.entry.run, ra, ro, c.a2, c.o2, sim,
-                                                                             _runner_of(c.entry))
+                                                                             _runner_of(c.entry),
+                                                                             graphs=self._call_graphs(c.entry))
+
+    def _call_graphs(self, entry) -> bool:
+        """Whether the steady-state path may keep this plan's launches as a CUDA graph (``bound.py``): the
+        ``numba_nbits.call_graphs`` knob, and never for a plan that prints the ``ORT_FPA_INTB_DEBUG`` line
+        (it needs ``entry.run`` on every call)."""
+        return self.config.call_graphs and entry.debug_line is None
 
     def _check_call(self, A, out, stream) -> "_Call":
         """Adapt and check one call's inputs (every error of ``op(...)``), find the stream and, for M > 0,

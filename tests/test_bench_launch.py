@@ -56,3 +56,22 @@ def test_graph_launch_gpu_checks_its_arguments_and_needs_a_gpu(tmp_path):
     if SIMULATED:
         p = _run(["benchmarks.graph_launch_gpu"], tmp_path, NUMBA_ENABLE_CUDASIM="1")
         assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr and not (tmp_path / "graph_launch_gpu.csv").exists()
+
+
+def test_call_graph_ab_checks_its_arguments_and_needs_a_gpu(tmp_path):
+    p = _run(["benchmarks.call_graph_ab", "--cases", "gemv1,nope"], tmp_path)
+    assert p.returncode == 2 and "unknown ['nope']" in p.stderr
+    p = _run(["benchmarks.call_graph_ab", "--rounds", "0"], tmp_path)
+    assert p.returncode == 2 and "must be >= 1" in p.stderr
+    p = _run(["benchmarks.call_graph_ab"], tmp_path, NUMBA_ENABLE_CUDASIM="1")
+    assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr and not (tmp_path / "call_graph_ab.csv").exists()
+
+
+def test_call_graph_ab_summary_is_the_median_of_per_round_ratios():
+    from benchmarks.call_graph_ab import summary
+
+    rows = [dict(case="c", kind="numba", what="w", round=r, mode=m, value=v)
+            for r, m, v in ((0, "on", "kernel"), (1, "off", 10.0), (1, "on", 5.0), (2, "off", 8.0), (2, "on", 8.0),
+                            (3, "off", 4.0), (3, "on", 6.0))]
+    head, line = summary(rows)
+    assert line.split() == ["c", "numba", "w", "8.000", "6.000", "1.000"]  # ratios 0.5, 1.0, 1.5

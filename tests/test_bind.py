@@ -46,10 +46,12 @@ def test_bound_equals_eager_and_sees_new_contents(rng, config, bias):
     assert f() is O
     op(A, out=ref)
     np.testing.assert_array_equal(_host(O), _host(ref))
-    A.copy_to_device(_a(rng, 3))  # new contents, same buffer: the next call reads them
-    f()
-    op(A, out=ref)
-    np.testing.assert_array_equal(_host(O), _host(ref))
+    for _ in range(2):
+        A.copy_to_device(_a(rng, 3))  # new contents, same buffer: the next call reads them
+        f()
+        op(A, out=ref)
+        np.testing.assert_array_equal(_host(O), _host(ref))
+    assert (f._graph is not None) == (not SIMULATED)  # on a GPU: from the second call, one CUDA graph
     assert not np.array_equal(_host(O), np.zeros((3, N), np.float16))
 
 
@@ -150,3 +152,55 @@ def test_torch_record_and_bind_follow_the_current_stream(rng):
     np.testing.assert_array_equal(O.cpu().numpy(), op(A).cpu().numpy())
     with pytest.raises(Exception, match="float32"):  # same shapes, other dtype: the general path's error
         op(A.float(), out=O)
+
+
+@pytest.mark.skipif(SIMULATED, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("config", [None, {"numba_nbits.force_route": "dequant_cublas"}], ids=["gemv", "dequant"])
+def test_repeated_eager_calls_launch_a_graph_that_sees_new_contents(rng, config):
+    """The second ``op(A, out=O)`` on the same buffers keeps the launches as a graph; later calls launch it and
+    read A's contents of that moment; another out buffer is served too."""
+    from numba import cuda
+
+    op = _op(rng, True, config)
+    A = to_dev(_a(rng, 3))
+    O, O2 = cuda.device_array((3, N), np.float16), cuda.device_array((3, N), np.float16)
+    for _ in range(3):
+        op(A, out=O)
+    rec, = [r for r in op._calls.values() if r is not None]
+    assert len(rec.graphs) == 1
+    for _ in range(3):
+        A.copy_to_device(_a(rng, 3))
+        assert op(A, out=O) is O
+        np.testing.assert_array_equal(_host(O), _host(op(A)))
+        op(A, out=O2)
+        np.testing.assert_array_equal(_host(O2), _host(O))
+    assert len(rec.graphs) == 2
+
+
+@pytest.mark.skipif(SIMULATED, reason="CUDA graphs need a GPU")
+def test_bound_and_eager_calls_inside_a_capture_are_recorded_by_it(rng):
+    """Into a stream that is capturing, the bound call and the repeated eager call issue their launches (they
+    do not launch their own graphs), so the caller's graph replays them."""
+    from numba import cuda
+
+    from numba_nbits.graphs import new_stream
+
+    op = _op(rng)
+    A = to_dev(_a(rng, 2))
+    O, O2 = cuda.device_array((2, N), np.float16), cuda.device_array((2, N), np.float16)
+    s = int(new_stream())
+    f = op.bind(A, O, stream=s)
+    f()
+    f()
+    assert f._graph is not None
+    op(A, out=O2, stream=s)
+    op(A, out=O2, stream=s)  # the eager record now has its graph for (A, O2)
+    g = nb.capture(lambda st: (f(), op(A, out=O2, stream=st)), stream=s)
+    O.copy_to_device(np.zeros((2, N), np.float16))
+    O2.copy_to_device(np.zeros((2, N), np.float16))
+    A.copy_to_device(_a(rng, 2))
+    g.replay(sync=True)
+    want = _host(op(A))
+    np.testing.assert_array_equal(_host(O), want)
+    np.testing.assert_array_equal(_host(O2), want)
+    g.close()

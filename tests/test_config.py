@@ -33,6 +33,7 @@ DEFAULTS = {
     "use_tf32": True,
     "force_route": None,
     "scratch_limit_bytes": 256 * MIB,
+    "call_graphs": True,
 }
 
 FIELDS = [f.name for f in dataclasses.fields(Config) if f.name != "sources"]
@@ -88,6 +89,7 @@ def test_unrelated_env_ignored():
 BOOL_ENVS = [
     (C.ENV_DISABLE_ROUTER_GEMV, "disable_router_gemv"),
     (C.ENV_L2_PREFETCH, "l2_prefetch"),
+    (C.ENV_CALL_GRAPHS, "call_graphs"),
 ]
 
 
@@ -357,6 +359,7 @@ BOTH = [
     (C.ENV_TACTIC_CACHE_PREFIX, C.KEY_TACTIC_CACHE_PREFIX, "e", "c", "tactic_cache_prefix", "c"),
     (C.ENV_FORCE_ROUTE, C.KEY_FORCE_ROUTE, "env_route", "cfg_route", "force_route", "cfg_route"),
     (C.ENV_SCRATCH_LIMIT_MB, C.KEY_SCRATCH_LIMIT_MB, "1", "2", "scratch_limit_bytes", 2 * MIB),
+    (C.ENV_CALL_GRAPHS, C.KEY_CALL_GRAPHS, "0", "1", "call_graphs", True),
 ]
 
 
@@ -409,7 +412,7 @@ def test_all_config_keys_accepted():
         "ep.cuda.matmul_nbits_m_chunk_size", "ep.cuda.fpa_intb_gemv_paired_k",
         "ep.cuda.fpa_intb_gemv_wave_aware", "ep.cuda.gemm_tactic_cache_dir",
         "ep.cuda.gemm_tactic_cache_prefix", "ep.cuda.gemm_tactic_cache_tuning_results_prefix",
-        "use_tf32", "numba_nbits.force_route", "numba_nbits.scratch_limit_mb",
+        "use_tf32", "numba_nbits.force_route", "numba_nbits.scratch_limit_mb", "numba_nbits.call_graphs",
     }
     assert set(C.ENV_VARS) == {
         "ORT_FPA_INTB_GEMM", "ORT_FPA_INTB_PROFILE_M", "ORT_FPA_INTB_DEBUG",
@@ -417,7 +420,7 @@ def test_all_config_keys_accepted():
         "ORT_MATMULNBITS_CHUNK_SIZE", "ORT_MATMULNBITS_M_CHUNK_SIZE", "ORT_FPA_INTB_GEMV_PAIRED_K",
         "ORT_QUANTIZED_DECODE_L2_PREFETCH", "ORT_CUDA_GEMM_TACTIC_CACHE_DIR",
         "ORT_CUDA_GEMM_TACTIC_CACHE_PREFIX", "ORT_CUDA_GEMM_OPTIONS",
-        "NUMBA_NBITS_FORCE_ROUTE", "NUMBA_NBITS_SCRATCH_LIMIT_MB",
+        "NUMBA_NBITS_FORCE_ROUTE", "NUMBA_NBITS_SCRATCH_LIMIT_MB", "NUMBA_NBITS_CALL_GRAPHS",
     }
 
 

@@ -592,8 +592,9 @@ def test_second_call_takes_the_record_and_changes_take_the_general_path(rng, mon
     np.testing.assert_array_equal(O3.copy_to_host(), op(A3).copy_to_host())
 
 
-def _record_with_stand_ins(monkeypatch, kind):
-    """A CallRecord built as on a GPU for stand-in inputs of ``kind``; its run records what it was given."""
+def _record_with_stand_ins(monkeypatch, kind, graphs=False):
+    """A CallRecord built as on a GPU for stand-in inputs of ``kind``; its run records what it was given
+    (``graphs``: whether it keeps repeated pointer pairs as graphs, off unless a test is about that)."""
     import types
 
     from numba_nbits import bound
@@ -617,7 +618,8 @@ def _record_with_stand_ins(monkeypatch, kind):
     ra, ro = bound.reader_for(a, False), bound.reader_for(o, False)
     calls = []
     av, ov = arrays._FAST[type(a)](a, "A", False).dev, arrays._FAST[type(o)](o, "out", False).dev
-    rec = bound.CallRecord(lambda x, y, s: calls.append((x.ptr, x.shape, y.ptr, y.shape, s)), ra, ro, av, ov, False)
+    rec = bound.CallRecord(lambda x, y, s: calls.append((x.ptr, x.shape, y.ptr, y.shape, s)), ra, ro, av, ov, False,
+                           graphs=graphs)
     return rec, a, o, calls
 
 
@@ -677,11 +679,143 @@ def test_call_record_follows_the_producers_current_stream(monkeypatch):
     o.data_ptr = lambda: 0xB000
     seen = []
     rec = bound.CallRecord(lambda x, y, s: seen.append(s), bound.reader_for(a, False), bound.reader_for(o, False),
-                           arrays._adapt_torch(a, "A", False).dev, arrays._adapt_torch(o, "out", False).dev, False)
+                           arrays._adapt_torch(a, "A", False).dev, arrays._adapt_torch(o, "out", False).dev, False,
+                           graphs=False)
     rec(a, o, None)
     current[1] = 0x6001  # e.g. inside `with torch.cuda.stream(s):`
     rec(a, o, None)
     assert seen == [0x5001, 0x6001]
+
+
+class _FakeGraph:
+    """Stands in for ``CallGraph``: runs ``fn`` on a capture stream once, then records its launches."""
+
+    CAPTURE = 0xC0
+    made: list = []
+
+    def __init__(self, fn, prepare=None):
+        self.prepared = prepare is not None
+        fn(self.CAPTURE)
+        self.launches, self.closed = [], False
+        _FakeGraph.made.append(self)
+
+    def __call__(self, stream):
+        self.launches.append(stream)
+
+    def close(self):
+        self.closed = True
+
+
+def _fake_graphs(monkeypatch, capturing=()):
+    """``bound`` with ``_FakeGraph`` for ``CallGraph`` and streams ``capturing`` capturing; stream 0 must not be
+    asked about (it cannot capture)."""
+    from numba_nbits import bound
+
+    _FakeGraph.made = []
+    monkeypatch.setattr(bound, "CallGraph", _FakeGraph)
+
+    def is_capturing(s):
+        assert s != 0, "stream 0 cannot capture: no query needed"
+        return s in capturing
+
+    monkeypatch.setattr(bound, "is_capturing", is_capturing)
+    return bound
+
+
+def test_call_record_keeps_a_repeated_pointer_pair_as_a_graph(monkeypatch):
+    _fake_graphs(monkeypatch, capturing={0x99})
+    rec, a, o, calls = _record_with_stand_ins(monkeypatch, "numba", graphs=True)
+    key = (0x7000, 0xB000)
+    rec(a, o, None)
+    assert calls == [(0x7000, (2, 8), 0xB000, (2, 4), 0)] and not _FakeGraph.made  # first sighting: launched
+    rec(a, o, None)  # second: captured (the plan ran on the capture stream), then the graph launched
+    g, = _FakeGraph.made
+    assert calls[-1][4] == _FakeGraph.CAPTURE and len(calls) == 2 and g.launches == [0] and rec.graphs == {key: g}
+    assert g.prepared  # the capture stream's cuBLAS workspaces are set up first
+    rec(a, o, 0x55)
+    assert len(calls) == 2 and g.launches == [0, 0x55]  # the graph alone, into the call's stream
+    rec(a, o, 0x99)  # a capturing stream: the launches themselves, into it
+    assert calls[-1] == (0x7000, (2, 8), 0xB000, (2, 4), 0x99) and g.launches == [0, 0x55]
+    o2 = FakeNumba((2, 4), (8, 2), np.float16, ptr=0xC000)
+    rec(a, o2, 0x99)
+    rec(a, o2, 0x99)  # seen twice, but only on a capturing stream: no graph is made there
+    assert len(_FakeGraph.made) == 1 and calls[-1][2] == 0xC000 and calls[-1][4] == 0x99
+    rec(a, o2, 0)
+    assert len(_FakeGraph.made) == 2 and _FakeGraph.made[1].launches == [0]
+
+
+def test_call_record_drops_its_oldest_graph(monkeypatch):
+    bound = _fake_graphs(monkeypatch)
+    rec, a, _, calls = _record_with_stand_ins(monkeypatch, "numba", graphs=True)
+    outs = [FakeNumba((2, 4), (8, 2), np.float16, ptr=0x10000 + 0x100 * i) for i in range(bound.GRAPHS_PER_RECORD + 1)]
+    for o in outs:
+        rec(a, o, None)
+        rec(a, o, None)
+    made = _FakeGraph.made
+    assert len(made) == bound.GRAPHS_PER_RECORD + 1 and made[0].closed and not any(g.closed for g in made[1:])
+    assert len(rec.graphs) == bound.GRAPHS_PER_RECORD and (0x7000, 0x10000) not in rec.graphs
+    n = len(calls)
+    rec(a, outs[0], None)  # dropped: a first sighting again, launched directly
+    assert len(calls) == n + 1 and len(made) == bound.GRAPHS_PER_RECORD + 1
+
+
+def test_call_record_without_graphs_launches_every_call(monkeypatch):
+    _fake_graphs(monkeypatch)
+    rec, a, o, calls = _record_with_stand_ins(monkeypatch, "numba", graphs=False)
+    for _ in range(3):
+        rec(a, o, None)
+    assert len(calls) == 3 and not _FakeGraph.made and rec.graphs == {}
+
+
+def test_bound_launches_its_graph_from_the_second_call_unless_the_stream_is_capturing(monkeypatch):
+    bound = _fake_graphs(monkeypatch, capturing={0x99})
+    runs = []
+
+    def run(x, y, s):
+        runs.append((x.ptr, y.ptr, s))
+
+    a, o = DevArray(0x7000, (2, 8), (16, 2), np.float16, None), DevArray(0xB000, (2, 4), (8, 2), np.float16, None)
+    b = bound.Bound(run, a, o, "OUT", None, 0x55, None, graph=True)
+    assert not _FakeGraph.made and not runs  # binding launches nothing
+    assert b() == "OUT" and runs == [(0x7000, 0xB000, 0x55)] and not _FakeGraph.made  # first call: the launches
+    assert b() == "OUT"  # second: captured (the plan ran on the capture stream), then launched
+    g, = _FakeGraph.made
+    assert runs[-1] == (0x7000, 0xB000, _FakeGraph.CAPTURE) and g.launches == [0x55]
+    b()
+    assert g.launches == [0x55, 0x55] and len(runs) == 2
+    current = [0x99]
+    b2 = bound.Bound(run, a, o, "OUT", None, None, lambda: current[0], graph=True)
+    b2()
+    b2()  # the current stream is capturing: launched, no graph made
+    assert runs[-2:] == [(0x7000, 0xB000, 0x99)] * 2 and len(_FakeGraph.made) == 1
+    current[0] = 0
+    b2()
+    assert _FakeGraph.made[1].launches == [0]
+    current[0] = 0x99
+    b2()  # has a graph, but the stream captures: the launches again
+    assert runs[-1] == (0x7000, 0xB000, 0x99) and _FakeGraph.made[1].launches == [0]
+    b3 = bound.Bound(run, a, o, "OUT", None, 0, None, graph=False)
+    n = len(runs)
+    b3()
+    b3()
+    assert len(_FakeGraph.made) == 2 and runs[n:] == [(0x7000, 0xB000, 0)] * 2
+    m0 = bound.Bound(None, None, None, "OUT", None, 0, None, graph=True)  # M == 0: nothing to launch
+    assert m0() == "OUT" and m0() == "OUT" and len(_FakeGraph.made) == 2
+
+
+@pytest.mark.parametrize("config, environ, debug, expected", [
+    (None, {}, False, True),  # the default
+    ({"numba_nbits.call_graphs": False}, {}, False, False),
+    (None, {"NUMBA_NBITS_CALL_GRAPHS": "0"}, False, False),
+    ({"numba_nbits.call_graphs": "1"}, {"NUMBA_NBITS_CALL_GRAPHS": "0"}, False, True),  # config wins
+    (None, {}, True, False),  # a plan that prints the ORT_FPA_INTB_DEBUG line runs entry.run every call
+])
+def test_call_graphs_knob_decides_whether_records_and_bound_calls_keep_graphs(rng, config, environ, debug, expected):
+    import types
+
+    op, _, _ = _small_op(rng, config=config, environ=environ)
+    assert op.config.call_graphs is (expected or debug)
+    assert op._call_graphs(types.SimpleNamespace(debug_line="line" if debug else None)) is expected
 
 
 @pytest.mark.skipif(not SIMULATED, reason="NumPy out= is a simulator-only form")
@@ -694,3 +828,119 @@ def test_kinds_without_a_reader_stay_on_the_general_path(rng):
     O[...] = 0
     assert op(A, out=O) is O
     np.testing.assert_array_equal(O, first)
+
+
+class _GraphDriver:
+    """The driver calls ``CallGraph`` makes, recorded; ``fail`` names one that answers an error."""
+
+    def __init__(self, fail=None):
+        import types as pytypes
+
+        self.log, self.fail = [], fail
+        self.CUstreamCaptureMode = pytypes.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL="TL")
+
+    def _answer(self, name, *vals):
+        self.log.append(name)
+        return (1,) if name == self.fail else (0, *vals)
+
+    def cuStreamBeginCapture(self, s, mode):
+        assert mode == "TL"
+        return self._answer(("begin", s))
+
+    def cuStreamEndCapture(self, s):
+        return self._answer(("end", s), "G")
+
+    def cuGraphInstantiate(self, g, flags):
+        return self._answer(("instantiate", g), "X")
+
+    def cuGraphLaunch(self, ex, s):
+        return self._answer(("launch", ex, s))
+
+    def cuGraphExecDestroy(self, ex):
+        return self._answer(("destroy_exec", ex))
+
+    def cuGraphDestroy(self, g):
+        return self._answer(("destroy", g))
+
+    def cuGetErrorName(self, err):
+        return 0, b"CUDA_ERROR_FAKE"
+
+    def CUresult(self, e):
+        return e
+
+
+def _graph_exec_with(monkeypatch, drv):
+    from numba_nbits import graphs as graph_exec
+
+    monkeypatch.setattr(graph_exec, "_drv", lambda: drv)
+    monkeypatch.setattr(graph_exec, "simulated", lambda: False)
+    monkeypatch.setattr(graph_exec, "_capture_stream", lambda: 0xCA)
+    monkeypatch.setattr(launch_driver, "_drv", lambda: drv)  # check() names errors through it
+    return graph_exec
+
+
+def test_call_graph_captures_once_and_launches_into_any_stream(monkeypatch):
+    drv = _GraphDriver()
+    ge = _graph_exec_with(monkeypatch, drv)
+    seen = []
+    g = ge.CallGraph(lambda s: (seen.append(s), drv.log.append("fn")), lambda s: drv.log.append(("prepare", s)))
+    assert seen == [0xCA] and drv.log == [("prepare", 0xCA), ("begin", 0xCA), "fn", ("end", 0xCA),
+                                          ("instantiate", "G")]
+    g(0)
+    g(0x55)
+    assert drv.log[-2:] == [("launch", "X", 0), ("launch", "X", 0x55)]
+    g.close()
+    g.close()
+    assert drv.log[-2:] == [("destroy_exec", "X"), ("destroy", "G")]
+
+
+def test_call_graph_ends_the_capture_when_fn_raises_and_reports_driver_errors(monkeypatch):
+    drv = _GraphDriver()
+    ge = _graph_exec_with(monkeypatch, drv)
+
+    def bad(s):
+        raise ValueError("plan failed")
+
+    with pytest.raises(ValueError, match="plan failed"):
+        ge.CallGraph(bad)
+    assert drv.log == [("begin", 0xCA), ("end", 0xCA), ("destroy", "G")]  # not left capturing, nothing kept
+    drv = _GraphDriver(fail=("instantiate", "G"))
+    ge = _graph_exec_with(monkeypatch, drv)
+    with pytest.raises(RuntimeError, match=r"cuGraphInstantiate failed: CUDA_ERROR_FAKE \(1\)"):
+        ge.CallGraph(lambda s: None)
+    assert drv.log[-1] == ("destroy", "G")
+    drv = _GraphDriver(fail=("launch", "X", 7))
+    ge = _graph_exec_with(monkeypatch, drv)
+    g = ge.CallGraph(lambda s: None)
+    with pytest.raises(RuntimeError, match=r"cuGraphLaunch failed: CUDA_ERROR_FAKE \(1\)"):
+        g(7)
+
+
+def test_call_graph_refuses_the_simulator():
+    from numba_nbits import graphs as graph_exec
+
+    if not SIMULATED:
+        pytest.skip("simulator behaviour")
+    with pytest.raises(RuntimeError, match="simulator has no graphs"):
+        graph_exec.CallGraph(lambda s: None)
+
+
+def test_reserve_workspaces_gives_the_stream_a_workspace_on_every_handle(monkeypatch):
+    """``dispatch.cublas.reserve_workspaces``: each handle made so far allocates the stream's own workspace
+    (as an eager GEMM on it would), so a graph captured there uses a workspace of the eager size."""
+    import threading
+
+    from numba_nbits.dispatch import cublas
+
+    class H:
+        def __init__(self):
+            self.lock, self.asked = threading.Lock(), []
+
+        def workspace_for(self, s):
+            assert self.lock.locked()
+            self.asked.append(s)
+
+    hs = {0: H(), 1: H()}
+    monkeypatch.setattr(cublas, "_handles", hs)
+    cublas.reserve_workspaces(0x77)
+    assert hs[0].asked == [0x77] and hs[1].asked == [0x77]

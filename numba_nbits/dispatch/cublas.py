@@ -68,6 +68,15 @@ class _Handle:
         return ws
 
 
+def reserve_workspaces(stream: int) -> None:
+    """Give ``stream`` its own workspace on every handle made so far (outside capture): a graph captured on
+    ``stream`` then runs its GEMMs with a workspace of the size eager calls have, so cuBLAS picks the same
+    algorithms and the replay gives the eager call's bits (the library's pool could change the choice)."""
+    for h in list(_handles.values()):
+        with h.lock:
+            h.workspace_for(stream)
+
+
 def handle_for(device_id: int) -> _Handle:
     """The cuBLAS handle of ``device_id`` (created once; call before any graph capture)."""
     h = _handles.get(device_id)
