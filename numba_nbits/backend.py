@@ -8,8 +8,9 @@ through ``cuda.experimental.inline_ptx`` on numba-cuda-mlir.
 * ``NAME``: the backend of this process, read once from ``NUMBA_NBITS_BACKEND`` when this module is first
   imported (empty or unset: ``default_backend()``). Any other value is an error that names the variable and
   the choices. The default is numba-cuda wherever it can compile (numpy < 2.5): measured side by side on the
-  quick perf set's default calls, numba-cuda-mlir's kernels took 1.010x its time (median; worst 1.116x) and
-  compiled in 1.6x its time (``benchmarks/results/2026-12-03-h200-register-caps/``). Under numpy >= 2.5,
+  quick perf set's default calls, numba-cuda-mlir's kernels took 1.019x its time (median; worst 1.108x, all
+  of the slower rows tensor-core GEMV) and compiled in 2.0x its time
+  (``benchmarks/results/2026-12-03-h200-backend-v3/``). Under numpy >= 2.5,
   where numba-cuda 0.30 cannot compile, the default is numba-cuda-mlir when it is installed (the ``cu12`` /
   ``cu13`` extras pull it), so upgrading numpy keeps a working GPU install. Importing this module does no
   device work and imports neither compiler (``importlib.util.find_spec`` only looks numba-cuda-mlir up).
