@@ -65,7 +65,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import batch_times_us, write_out_csv  # noqa: E402
+from benchmarks.common import OpSubject, array_kinds, batch_times_us, write_out_csv  # noqa: E402
 
 GPU_BATCH_US = 2000.0  # GPU time one timed batch or graph covers (harness.Budget.min_batch_us; its default is 40)
 FIELDS = ["route", "shape", "M", "kind", "what", "host_us", "batch_us", "gpu_us", "eager_gpu_us", "note"]
@@ -80,18 +80,6 @@ def _median_us(fn, calls: int, batches: int, sync) -> tuple[float, list[float]]:
     return statistics.median(per), per
 
 
-class _Subject:
-    """``op(A, out=O, stream=s)`` as a ``numba_nbits.perf.harness`` subject (one operand set)."""
-
-    copies = 1
-
-    def __init__(self, op, A, O):
-        self.op, self.A, self.O = op, A, O
-
-    def launch(self, i, stream):
-        self.op(self.A, out=self.O, stream=stream)
-
-
 def _gpu_us_per_call(op, A, O, sim: bool) -> tuple[float | None, float | None]:
     """(GPU time per node of a CUDA graph of ``op(A, out=O, stream=s)`` calls, GPU time per eager call of it)
     from ``harness.measure``; None on the simulator (no GPU clock) or where the capture failed."""
@@ -102,7 +90,7 @@ def _gpu_us_per_call(op, A, O, sim: bool) -> tuple[float | None, float | None]:
     warm_gpu(lambda: op(A, out=O))
     backend = harness.make_backend()
     try:  # batches and graphs of >= GPU_BATCH_US of work: a graph's own launch cost spread over many nodes
-        r = harness.measure(backend, _Subject(op, A, O), harness.Budget(min_batch_us=GPU_BATCH_US), host=False)
+        r = harness.measure(backend, OpSubject(op, A, O), harness.Budget(min_batch_us=GPU_BATCH_US), host=False)
     finally:
         backend.close()
     us = r["us_graph"]
@@ -141,31 +129,6 @@ def _graph_replay_us(op, A, O, calls: int, batches: int, sync, n: int) -> tuple[
         return h / n, [x / n for x in per]
     finally:
         g.close()
-
-
-def _kinds(sim: bool):
-    """(kind, to_device(host array), empty(shape, np dtype)) for each importable input kind."""
-    from numba import cuda
-
-    kinds = [("numba", lambda a: cuda.to_device(a), lambda shape, dt: cuda.device_array(shape, dt))]
-    if sim:
-        return kinds
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            tdt = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
-            kinds.append(("torch", lambda a: torch.from_numpy(a).cuda(),
-                          lambda shape, dt: torch.empty(shape, dtype=tdt[np.dtype(dt)], device="cuda")))
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        kinds.append(("cupy", lambda a: cupy.asarray(a), lambda shape, dt: cupy.empty(shape, dt)))
-    except ImportError:
-        pass
-    return kinds
 
 
 def run(tiny: bool, calls: int, batches: int) -> list[dict]:
@@ -212,7 +175,7 @@ def run(tiny: bool, calls: int, batches: int) -> list[dict]:
         route = op.route(M)
         A_host = rng.standard_normal((M, k)).astype(np.float16)
         gpu = None
-        for kind, dev, empty in _kinds(sim):
+        for kind, dev, empty in array_kinds(sim):
             A, O = dev(A_host), empty((M, n), np.float16)
             op(A, out=O)  # builds the plan (compiles; the fpA_intB profiler times its candidates once)
             if gpu is None:
@@ -247,7 +210,7 @@ def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):
     A_host = rng.standard_normal((M, K)).astype(np.float16)
     shape = f"{N}x{K}"
     gpu = None
-    for kind, dev, empty in _kinds(sim):
+    for kind, dev, empty in array_kinds(sim):
         A, O = dev(A_host), empty((M, N), np.float16)
         op(A, out=O)  # builds the plan for M (compiles once)
         if gpu is None:

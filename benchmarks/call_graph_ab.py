@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-from benchmarks.common import batch_times_us, write_out_csv
+from benchmarks.common import OpSubject, array_kinds, batch_times_us, write_out_csv
 
 FIELDS = ["case", "route", "mode", "round", "kind", "what", "value", "unit"]
 CASES = {  # name: (bits, N, K, block, M, bias, config)
@@ -85,37 +85,6 @@ def stream0_us(op, A, Y) -> float:
     return cuda.event_elapsed_time(a, z) * 1e3 / STREAM0_CALLS
 
 
-class _Subject:
-    copies = 1
-
-    def __init__(self, op, A, Y):
-        self.op, self.A, self.Y = op, A, Y
-
-    def launch(self, i, stream):
-        self.op(self.A, out=self.Y, stream=stream)
-
-
-def _kinds():
-    from numba import cuda
-
-    kinds = [("numba", cuda.to_device, lambda shape: cuda.device_array(shape, np.float16))]
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            kinds.append(("torch", lambda a: torch.from_numpy(a).cuda(),
-                          lambda shape: torch.empty(shape, dtype=torch.float16, device="cuda")))
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        kinds.append(("cupy", cupy.asarray, lambda shape: cupy.empty(shape, np.float16)))
-    except ImportError:
-        pass
-    return kinds
-
-
 def run(names, rounds: int, calls: int, batches: int) -> list[dict]:
     from numba import cuda
 
@@ -144,7 +113,7 @@ def run(names, rounds: int, calls: int, batches: int) -> list[dict]:
                                        config=cfg)
         route = ops["on"].route(M)
         A_host = rng.standard_normal((M, K)).astype(np.float16)
-        bufs = {kind: (dev(A_host), empty((M, N))) for kind, dev, empty in _kinds()}
+        bufs = {kind: (dev(A_host), empty((M, N), np.float16)) for kind, dev, empty in array_kinds(False)}
         want = None
         for mode, op in ops.items():  # build the plans; the two modes give the same bits
             A, Y = bufs["numba"]
@@ -170,7 +139,7 @@ def run(names, rounds: int, calls: int, batches: int) -> list[dict]:
                 add(case, route, mode, r, "numba", "stream0 GPU per call", stream0_us(op, A, Y))
                 backend = harness.make_backend()
                 try:
-                    m = harness.measure(backend, _Subject(op, A, Y), harness.Budget(min_batch_us=GPU_BATCH_US),
+                    m = harness.measure(backend, OpSubject(op, A, Y), harness.Budget(min_batch_us=GPU_BATCH_US),
                                         host=False)
                 finally:
                     backend.close()

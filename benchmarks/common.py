@@ -1,4 +1,5 @@
-"""What several benchmark scripts share: timing batches of back-to-back host calls, and the ``$OUT`` CSV."""
+"""What several benchmark scripts share: timing batches of back-to-back host calls, the ``$OUT`` CSV, the
+``op(A, out=Y, stream=s)`` harness subject and the device-array kinds a host-path benchmark feeds the operator."""
 from __future__ import annotations
 
 import csv
@@ -34,3 +35,42 @@ def write_out_csv(name: str, fields, rows) -> str | None:
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+class OpSubject:
+    """``op(A, out=Y, stream=s)`` as a ``numba_nbits.perf.harness`` subject (one operand set, not rotated)."""
+
+    copies = 1
+
+    def __init__(self, op, A, Y):
+        self.op, self.A, self.Y = op, A, Y
+
+    def launch(self, i, stream):
+        self.op(self.A, out=self.Y, stream=stream)
+
+
+def array_kinds(sim: bool):
+    """(kind, to_device(host array), empty(shape, NumPy dtype)) for each input kind that imports here: numba
+    device arrays, and on a GPU torch (with CUDA) and CuPy."""
+    import numpy as np
+    from numba import cuda
+
+    kinds = [("numba", lambda a: cuda.to_device(a), lambda shape, dt: cuda.device_array(shape, dt))]
+    if sim:
+        return kinds
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            tdt = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+            kinds.append(("torch", lambda a: torch.from_numpy(a).cuda(),
+                          lambda shape, dt: torch.empty(shape, dtype=tdt[np.dtype(dt)], device="cuda")))
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        kinds.append(("cupy", lambda a: cupy.asarray(a), lambda shape, dt: cupy.empty(shape, dt)))
+    except ImportError:
+        pass
+    return kinds
