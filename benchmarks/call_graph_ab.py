@@ -8,14 +8,15 @@ GPU time, side by side in one process, so a freshly started GPU or the order of 
 modes apart: per case it builds the operator twice on the same bytes (``numba_nbits.call_graphs`` off and on;
 the same compiled kernels), and for ``--rounds`` rounds, the order of the two modes alternating, measures
 
-* ``host_us``: host time per ``op(A, out=Y)`` (numba arrays; torch and CuPy too when they import with CUDA)
-  and per ``op.bind(A, Y)()``: the median over ``--batches`` batches of ``--calls`` back-to-back calls;
-* ``gpu_graph_us``: GPU time per node of a CUDA graph of ``op(A, out=Y, stream=s)`` calls that the caller
-  captures (``numba_nbits.perf.harness.measure``, graphs of >= 2 ms of work), and ``gpu_eager_us``: GPU time
+* ``op(A, out=Y) host`` and ``bind() host``: host time per ``op(A, out=Y)`` and per ``op.bind(A, Y)()`` (numba
+  arrays; torch and CuPy too when they import with CUDA): the median over ``--batches`` batches of ``--calls``
+  back-to-back calls;
+* ``graph GPU per node``: GPU time per node of a CUDA graph of ``op(A, out=Y, stream=s)`` calls that the caller
+  captures (``numba_nbits.perf.harness.measure``, graphs of >= 2 ms of work), and ``eager GPU per call``: GPU time
   per back-to-back eager call between CUDA events from the same harness;
-* ``stream0_us``: CUDA events around 2,000 back-to-back ``op(A, out=Y)`` calls on the legacy default stream
-  (what the eager rows above issue), divided by 2,000: GPU time per call where the GPU is the bound;
-* ``nodes``: the node types of a graph of 4 ``op(A, out=Y, stream=s)`` calls captured by
+* ``stream0 GPU per call``: CUDA events around 2,000 back-to-back ``op(A, out=Y)`` calls on the legacy default
+  stream (what the eager rows above issue), divided by 2,000: GPU time per call where the GPU is the bound;
+* ``nodes of 4 captured`` (round 0): the node types of a graph of 4 ``op(A, out=Y, stream=s)`` calls captured by
   ``numba_nbits.capture`` (``kernel``, ``graph`` for a child graph, ``memset``...), once per mode.
 
 Cases (4-bit fp16 unless named; the routes dispatch picks): ``gemv1`` 4096x4096 block 128 M = 1, ``small1``
