@@ -24,7 +24,8 @@ graph for that pointer pair (made once call graphs are on and the pair was seen 
 
 Then one row per remaining route of the dispatch table (``ROUTE_CASES``: 4-bit GEMV at M=8 and with a
 bias that is added by the separate bias kernel, 8-bit and 2-bit GEMV, the router GEMV on 32x2880 with
-its fused bias, the fpA_intB mixed GEMM at M=16, the N-chunked dequant + cuBLAS fallback): ``op(A,
+its fused bias, the fpA_intB mixed GEMM at M=16, the fused small GEMM at M=32, the N-chunked dequant + cuBLAS
+fallback): ``op(A,
 out=O)`` per input kind, with that route's graph-replay GPU time per node. Each row names the route
 dispatch actually took, so a case whose guard changed shows it.
 
@@ -198,6 +199,7 @@ def route_cases(tiny: bool):
             ("2b g64", 2, 4096, 4096, 64, 1, False, None),
             ("router 32x2880 g32 bias", 4, 32, 2880, 32, 1, True, None),
             ("fpA_intB M=16", 4, 4096, 4096, 128, 16, False, fpa),
+            ("fused GEMM M=32", 4, 4096, 4096, 128, 32, False, None),
             ("chunked M=64", 4, 4096, 4096, 128, 64, False, chunked))
 
 

@@ -88,6 +88,8 @@ ENV_SCRATCH_LIMIT_MB = "NUMBA_NBITS_SCRATCH_LIMIT_MB"
 KEY_SCRATCH_LIMIT_MB = "numba_nbits.scratch_limit_mb"
 ENV_CALL_GRAPHS = "NUMBA_NBITS_CALL_GRAPHS"
 KEY_CALL_GRAPHS = "numba_nbits.call_graphs"
+ENV_FUSED_GEMM = "NUMBA_NBITS_FUSED_GEMM"
+KEY_FUSED_GEMM = "numba_nbits.fused_gemm"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
@@ -350,6 +352,13 @@ _KNOBS: tuple[_Knob, ...] = (
         "CUDA graph from the second call (less host time per call; `bound.py`); false: one `cuLaunchKernel` per "
         "kernel on every call",
     ),
+    _Knob(
+        "fused_gemm", ENV_FUSED_GEMM, KEY_FUSED_GEMM, "config",
+        _parse_bool, "bool", "true",
+        "bool: 0/1/true/false; config wins over env",
+        "the `fused_gemm` route: the fused tensor-core kernels serve M = 17..64 (and 2-bit M = 9..16) instead "
+        "of ORT's dequantize + cuBLAS; false: ORT's dispatch chain exactly",
+    ),
 )
 
 _KNOB_BY_FIELD = {k.field: k for k in _KNOBS}
@@ -395,12 +404,13 @@ class Config:
     force_route: str | None = None
     scratch_limit_bytes: int = DEFAULT_SCRATCH_LIMIT_MB * MIB
     call_graphs: bool = True
+    fused_gemm: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for name in ("fpa_intb_gemm", "fpa_intb_debug", "disable_router_gemv",
-                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs"):
+                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs", "fused_gemm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
         for name, low in (("chunk_size", 1), ("m_chunk_size", 0),

@@ -174,6 +174,7 @@ BAD_ENV = {
     "ORT_CUDA_GEMM_OPTIONS": ["0x1", "4294967296", "one"],
     "NUMBA_NBITS_SCRATCH_LIMIT_MB": ["0", "-5", "abc", "1.5"],
     "NUMBA_NBITS_CALL_GRAPHS": ["yes", "2", "off"],
+    "NUMBA_NBITS_FUSED_GEMM": ["yes", "2", "off"],
 }
 #: env vars that never fail to parse (verbatim strings, ORT's lenient parsers)
 NEVER_FAILING_ENV = {"ORT_FPA_INTB_GEMM", "ORT_FPA_INTB_PROFILE_M", "ORT_CUDA_GEMM_TACTIC_CACHE_DIR",
@@ -199,6 +200,7 @@ BAD_CONFIG = {
     "ep.cuda.fpa_intb_gemv_wave_aware": ["yes", "2", ""],
     "numba_nbits.scratch_limit_mb": [0, "-1", "x", False],
     "numba_nbits.call_graphs": ["no", 2, "TRUE"],
+    "numba_nbits.fused_gemm": ["no", 2, "TRUE"],
 }
 NEVER_FAILING_KEYS = {"ep.cuda.fpa_intb_gemm", "ep.cuda.fpa_intb_profile_m", "ep.cuda.gemm_tactic_cache_dir",
                       "ep.cuda.gemm_tactic_cache_prefix", "ep.cuda.gemm_tactic_cache_tuning_results_prefix"}

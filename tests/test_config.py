@@ -34,6 +34,7 @@ DEFAULTS = {
     "force_route": None,
     "scratch_limit_bytes": 256 * MIB,
     "call_graphs": True,
+    "fused_gemm": True,
 }
 
 FIELDS = [f.name for f in dataclasses.fields(Config) if f.name != "sources"]
@@ -90,6 +91,7 @@ BOOL_ENVS = [
     (C.ENV_DISABLE_ROUTER_GEMV, "disable_router_gemv"),
     (C.ENV_L2_PREFETCH, "l2_prefetch"),
     (C.ENV_CALL_GRAPHS, "call_graphs"),
+    (C.ENV_FUSED_GEMM, "fused_gemm"),
 ]
 
 
@@ -360,6 +362,7 @@ BOTH = [
     (C.ENV_FORCE_ROUTE, C.KEY_FORCE_ROUTE, "env_route", "cfg_route", "force_route", "cfg_route"),
     (C.ENV_SCRATCH_LIMIT_MB, C.KEY_SCRATCH_LIMIT_MB, "1", "2", "scratch_limit_bytes", 2 * MIB),
     (C.ENV_CALL_GRAPHS, C.KEY_CALL_GRAPHS, "0", "1", "call_graphs", True),
+    (C.ENV_FUSED_GEMM, C.KEY_FUSED_GEMM, "1", "0", "fused_gemm", False),
 ]
 
 
@@ -413,6 +416,7 @@ def test_all_config_keys_accepted():
         "ep.cuda.fpa_intb_gemv_wave_aware", "ep.cuda.gemm_tactic_cache_dir",
         "ep.cuda.gemm_tactic_cache_prefix", "ep.cuda.gemm_tactic_cache_tuning_results_prefix",
         "use_tf32", "numba_nbits.force_route", "numba_nbits.scratch_limit_mb", "numba_nbits.call_graphs",
+        "numba_nbits.fused_gemm",
     }
     assert set(C.ENV_VARS) == {
         "ORT_FPA_INTB_GEMM", "ORT_FPA_INTB_PROFILE_M", "ORT_FPA_INTB_DEBUG",
@@ -420,7 +424,7 @@ def test_all_config_keys_accepted():
         "ORT_MATMULNBITS_CHUNK_SIZE", "ORT_MATMULNBITS_M_CHUNK_SIZE", "ORT_FPA_INTB_GEMV_PAIRED_K",
         "ORT_QUANTIZED_DECODE_L2_PREFETCH", "ORT_CUDA_GEMM_TACTIC_CACHE_DIR",
         "ORT_CUDA_GEMM_TACTIC_CACHE_PREFIX", "ORT_CUDA_GEMM_OPTIONS",
-        "NUMBA_NBITS_FORCE_ROUTE", "NUMBA_NBITS_SCRATCH_LIMIT_MB", "NUMBA_NBITS_CALL_GRAPHS",
+        "NUMBA_NBITS_FORCE_ROUTE", "NUMBA_NBITS_SCRATCH_LIMIT_MB", "NUMBA_NBITS_CALL_GRAPHS", "NUMBA_NBITS_FUSED_GEMM",
     }
 
 

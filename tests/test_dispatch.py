@@ -37,8 +37,12 @@ def rejected_by(p, route_name, cfg=CFG):
     (P(M=16, block_size=128), "gemv_w4"),
     (P(bits=8, M=5, block_size=128), "gemv_w8"),
     (P(bits=2, M=8, block_size=64), "gemv_w2"),
-    (P(M=17), "dequant_cublas"),
-    (P(M=64, N=131072, K=4096), "dequant_cublas_chunked"),
+    (P(M=17), "fused_gemm"),
+    (P(M=64, N=131072, K=4096), "fused_gemm"),
+    (P(bits=2, M=9, block_size=64), "fused_gemm"),
+    (P(M=65), "dequant_cublas"),
+    (P(M=17, dtype="float32"), "dequant_cublas"),
+    (P(M=65, N=131072, K=4096), "dequant_cublas_chunked"),
     (P(zero_points="typed"), "dequant_cublas"),
     (P(has_g_idx=True), "dequant_cublas"),
 ])
@@ -114,6 +118,50 @@ def test_gemv_w2_boundaries(kw, ok, guard):
         assert rejected_by(p, "gemv_w2") == guard
 
 
+# ---------------------------------------------------------------------- fused small GEMM (ours)
+@pytest.mark.parametrize("kw, ok, guard", [
+    (dict(M=17), True, None), (dict(M=64), True, None), (dict(M=65), False, "m_le_64"),
+    (dict(M=40, dtype="bfloat16", block_size=128), True, None), (dict(M=17, dtype="float32"), False, "fp16_or_bf16"),
+    (dict(M=17, bits=8, block_size=128), True, None), (dict(M=9, bits=2, block_size=64), True, None),
+    (dict(M=17, bits=3), False, "bits_in_2_4_8"),
+    (dict(M=17, block_size=256), False, "block_in_16_32_64_128"),
+    (dict(M=17, zero_points="packed"), True, None), (dict(M=17, zero_points="typed"), False, "zp_not_typed"),
+    (dict(M=17, has_g_idx=True), False, "no_g_idx"), (dict(M=17, N=4100), False, "n_mult_8"),
+])
+def test_fused_gemm_boundaries(kw, ok, guard):
+    p = P(**kw)
+    if ok:
+        assert route(p) == "fused_gemm"
+    else:
+        assert route(p) != "fused_gemm"
+        assert rejected_by(p, "fused_gemm") == guard
+
+
+@pytest.mark.parametrize("environ, config, on", [
+    ({}, {}, True), ({"NUMBA_NBITS_FUSED_GEMM": "0"}, {}, False), ({"NUMBA_NBITS_FUSED_GEMM": "false"}, {}, False),
+    ({"NUMBA_NBITS_FUSED_GEMM": "0"}, {"numba_nbits.fused_gemm": True}, True),  # config wins over env
+    ({}, {"numba_nbits.fused_gemm": "0"}, False),
+])
+def test_fused_gemm_switch_restores_orts_chain(environ, config, on):
+    cfg = load_config(environ, config)
+    assert cfg.fused_gemm is on
+    for p, ort in ((P(M=17), "dequant_cublas"), (P(M=12, bits=2, block_size=64), "dequant_cublas"),
+                   (P(M=64, N=131072, K=4096), "dequant_cublas_chunked")):
+        assert route(p, cfg) == ("fused_gemm" if on else ort)
+        if not on:
+            assert rejected_by(p, "fused_gemm", cfg) == "fused_gemm_enabled"
+    assert route(P(M=16), cfg) == "gemv_w4"  # the GEMV routes take M <= 16 either way
+
+
+def test_fused_gemm_guard_matches_the_kernels_reach():
+    from numba_nbits.dispatch.routes import FUSED_GEMM_MAX_M
+    from numba_nbits.kernels.gemv import small_gemm, tactics
+
+    assert FUSED_GEMM_MAX_M == tactics.MAX_M
+    assert small_gemm.supports(P(M=FUSED_GEMM_MAX_M)) and not small_gemm.supports(P(M=FUSED_GEMM_MAX_M + 1))
+    assert [tactics.m_tiles(m) for m in (16, 17, 24, 25, 32, 33, 48, 49, 64)] == [2, 3, 3, 4, 4, 6, 6, 8, 8]
+
+
 # ---------------------------------------------------------------------- router
 def test_router_guards():
     p = P(N=32, K=2880, has_bias=True)
@@ -131,18 +179,18 @@ def test_router_guards():
 
 # ---------------------------------------------------------------------- chunking
 def test_chunk_rule():
-    big = P(M=64, N=65537, K=4096)  # N*K_pad*2 = 512 MiB > 256 MiB and N > 2*32768
+    big = P(M=65, N=65537, K=4096)  # N*K_pad*2 = 512 MiB > 256 MiB and N > 2*32768
     assert route(big) == "dequant_cublas_chunked"
-    assert route(P(M=64, N=65536, K=4096)) == "dequant_cublas"  # N == 2*chunk: not chunked
-    assert route(P(M=64, N=28672, K=8192)) == "dequant_cublas"  # 448 MiB but N <= 2*chunk
+    assert route(P(M=65, N=65536, K=4096)) == "dequant_cublas"  # N == 2*chunk: not chunked
+    assert route(P(M=65, N=28672, K=8192)) == "dequant_cublas"  # 448 MiB but N <= 2*chunk
     forced = load_config({"ORT_MATMULNBITS_FORCE_CHUNKED": "1"})
-    assert route(P(M=64), forced) == "dequant_cublas_chunked"
-    assert route(P(M=64, has_g_idx=True), forced) == "dequant_cublas"  # chunking needs no g_idx
+    assert route(P(M=65), forced) == "dequant_cublas_chunked"
+    assert route(P(M=65, has_g_idx=True), forced) == "dequant_cublas"  # chunking needs no g_idx
     small_chunks = load_config({"ORT_MATMULNBITS_CHUNK_SIZE": "1024"})
-    assert route(P(M=64, N=32768, K=4096), small_chunks) == "dequant_cublas"  # 256 MiB is not > 256 MiB
-    assert route(P(M=64, N=32776, K=4096), small_chunks) == "dequant_cublas_chunked"
+    assert route(P(M=65, N=32768, K=4096), small_chunks) == "dequant_cublas"  # 256 MiB is not > 256 MiB
+    assert route(P(M=65, N=32776, K=4096), small_chunks) == "dequant_cublas_chunked"
     limit = load_config({"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1", "ORT_MATMULNBITS_CHUNK_SIZE": "64"})
-    assert route(P(M=64, N=1024, K=1024), limit) == "dequant_cublas_chunked"
+    assert route(P(M=65, N=1024, K=1024), limit) == "dequant_cublas_chunked"
 
 
 # ---------------------------------------------------------------------- forcing
@@ -159,11 +207,12 @@ def test_force_route():
 
 
 def test_reasons_and_explain_text():
-    d = select(P(M=17), CFG)
+    d = select(P(M=65), CFG)
     assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_cublas")])
     text = d.explain()
-    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text
-    assert explain(17, 4096, 4096).name == "dequant_cublas"
+    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text and "rejected by m_le_64" in text
+    assert explain(65, 4096, 4096).name == "dequant_cublas"
+    assert explain(17, 4096, 4096).name == "fused_gemm"
 
 
 def test_explain_cli(capsys):

@@ -300,7 +300,8 @@ def test_supports_guards():
     base = dict(N=4096, K=4096, bits=4, block_size=32, dtype="float16")
     assert GT.supports(Problem(M=1, **base))
     assert GT.supports(Problem(M=16, **base))
-    assert not GT.supports(Problem(M=17, **base))
+    assert GT.supports(Problem(M=64, **base))  # past 16: the fused_gemm route's kernels
+    assert not GT.supports(Problem(M=65, **base))
     assert not GT.supports(Problem(M=0, **base))
     assert not GT.supports(Problem(M=1, **{**base, "dtype": "float32"}))
     assert GT.supports(Problem(M=1, **{**base, "bits": 8}))

@@ -89,8 +89,10 @@ def test_parse_M_and_shapes():
 def test_M_range_reduction_rule(monkeypatch):
     cfg = load_config({}, None)
     llama = Signature(4096, 4096, 4, 128)
-    # every M <= 16, then the first M of each route run (17: dequant + cuBLAS), powers of two, the max
-    assert pc.plan_Ms(llama, range(1, 4097), cfg, 90) == list(range(1, 18)) + [32, 64, 128, 256, 512, 1024, 2048, 4096]
+    # every M <= 16, then the first M of each route run (17: the fused GEMM, 65: dequant + cuBLAS), powers of two,
+    # the max
+    assert pc.plan_Ms(llama, range(1, 4097), cfg, 90) == list(range(1, 18)) + [32, 64, 65, 128, 256, 512, 1024, 2048,
+                                                                               4096]
     assert pc.plan_Ms(llama, range(1, 3001), cfg, 90)[-2:] == [2048, 3000]
     assert pc.plan_Ms(llama, [2, 1, 2], cfg, 90) == [1, 2]
     with pytest.raises(ValueError, match="M must be >= 1"):

@@ -55,7 +55,7 @@ def test_chunked_scratch_bounded_by_limit_plan_only():
     B = np.zeros((N, K // block, block // 2), np.uint8)
     s = np.ones((N, K // block), np.float16)
     op = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=block, environ={"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1"})
-    M = 32
+    M = 65  # past the fused GEMM's M <= 64
     assert op.route(M) == "dequant_cublas_chunked"
     op.warmup(M)
     assert _scratch_nbytes(op, M) <= 1 * MIB
@@ -68,9 +68,9 @@ def test_chunked_scratch_formula_plan_only():
     s = np.ones((N, 3), np.float16)
     op = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=block,
                         environ={"ORT_MATMULNBITS_FORCE_CHUNKED": "1", "ORT_MATMULNBITS_CHUNK_SIZE": "7"})
-    op.warmup(20)
-    assert op.route(20) == "dequant_cublas_chunked"
-    assert _scratch_nbytes(op, 20) == 7 * 96 * 2
+    op.warmup(65)
+    assert op.route(65) == "dequant_cublas_chunked"
+    assert _scratch_nbytes(op, 65) == 7 * 96 * 2
 
 
 # ------------------------------------------------------------------------------ > 2^31 offsets (GPU)
@@ -134,16 +134,17 @@ def _op(p, config=None, environ=None):
 @requires_gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["lm_head_4bit", "head_8bit"])
-@pytest.mark.parametrize("how", ["dispatch_m1", "chunked_m1", "dispatch_m32"])
+@pytest.mark.parametrize("how", ["dispatch_m1", "chunked_m1", "dispatch_m32", "dispatch_m65"])
 def test_beyond_2_31(request, which, how):
     p = request.getfixturevalue(which)
     rng, N, K = p["rng"], p["N"], p["K"]
-    M = 32 if how == "dispatch_m32" else 1
+    M = {"dispatch_m32": 32, "dispatch_m65": 65}.get(how, 1)
     config = {"numba_nbits.force_route": "dequant_cublas_chunked"} if how == "chunked_m1" else None
     op = _op(p, config=config)
     route = op.route(M)
-    if how == "dispatch_m32":
-        assert route == "dequant_cublas_chunked", f"dispatch picked {route} for an {N}x{K} weight at M=32"
+    want = {"dispatch_m32": "fused_gemm", "dispatch_m65": "dequant_cublas_chunked"}.get(how)
+    if want is not None:
+        assert route == want, f"dispatch picked {route} for an {N}x{K} weight at M={M}"
     A = (rng.standard_normal((M, K))).astype(np.float16)
     _check_sampled(op, A, p["B"], p["scales"], p["zp"], K=K, N=N, bits=p["bits"], block=p["block"],
                    rows=_sample_rows(rng, N))
@@ -155,7 +156,7 @@ def test_beyond_2_31(request, which, how):
 def test_chunked_scratch_within_256mib(request, which):
     p = request.getfixturevalue(which)
     op = _op(p)
-    M = 32
+    M = 65  # past the fused GEMM's M <= 64
     assert op.route(M) == "dequant_cublas_chunked"
     op.warmup(M)
     assert _scratch_nbytes(op, M) <= SCRATCH_BOUND
@@ -169,7 +170,7 @@ def test_chunked_scratch_within_256mib_with_chunk_size(request, which):
     p = request.getfixturevalue(which)
     rows = SCRATCH_BOUND // (p["K"] * 2)
     op = _op(p, environ={"ORT_MATMULNBITS_CHUNK_SIZE": str(rows)})
-    M = 32
+    M = 65  # past the fused GEMM's M <= 64
     assert op.route(M) == "dequant_cublas_chunked"
     A = p["rng"].standard_normal((M, p["K"])).astype(np.float16)
     _check_sampled(op, A, p["B"], p["scales"], p["zp"], K=p["K"], N=p["N"], bits=p["bits"], block=p["block"],

@@ -4,7 +4,12 @@ Order (spec §4): fpA_intB mixed GEMM (``fpa_intb``: when enabled and eligible, 
 build"; its plan picks a tactic per M bucket with ``dispatch/profiler.py``) → the fused GEMV family
 (``TryMatMulNBits``: router, 4-bit, 8-bit, 2-bit; skipped with g_idx or typed zero points) → the same
 GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") → dequantize +
-cuBLAS, chunked along N or whole. Each guard is a pure predicate over ``(Problem, Config)`` with the
+cuBLAS, chunked along N or whole.
+
+One route is ours, not the spec's: ``fused_gemm`` (``kernels/gemv/small_gemm.py``), between the GEMVs and
+dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16) with the fused tensor-core kernels, 1.2-4.3x
+faster than the dequantize + cuBLAS it replaces there on the H200. ``numba_nbits.fused_gemm`` /
+``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. Each guard is a pure predicate over ``(Problem, Config)`` with the
 text that explains it; ``select.py`` walks this table, the README's route table and
 ``python -m numba_nbits.explain`` print it, and the CPU-only tests assert it.
 
@@ -134,6 +139,15 @@ always = G("always", "always (the universal route)", lambda p, c: True)
 
 FUSED = (no_g_idx, zp_not_typed, n_mult_8, k_mult_8)
 
+# ------------------------------------------------------------- fused small GEMM (ours, not ORT's chain)
+fused_gemm_enabled = G("fused_gemm_enabled", "numba_nbits.fused_gemm / NUMBA_NBITS_FUSED_GEMM on (default)",
+                       lambda p, c: c.fused_gemm)
+tensor_core_dtype = G("fp16_or_bf16", "dtype is float16 or bfloat16 (tensor cores)",
+                      lambda p, c: p.dtype in ("float16", "bfloat16"))
+bits_2_4_8 = G("bits_in_2_4_8", "bits in {2, 4, 8}", lambda p, c: p.bits in (2, 4, 8))
+#: the largest M the fused small GEMM serves (``kernels.gemv.tactics.MAX_M``; a guard test checks they agree)
+FUSED_GEMM_MAX_M = 64
+
 # ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)
 fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p, c: p.dtype in ("float16", "bfloat16"))
 fpa_enabled = G("fpa_enabled", "weight_prepacked != 0 or ORT_FPA_INTB_GEMM / ep.cuda.fpa_intb_gemm on",
@@ -185,6 +199,10 @@ ROUTES: tuple = (
     Route("gemv_w2", "gemv_w2", FUSED + (bits_is(2), m_positive, m_at_most(8), k_mult_16, block_divides_512,
                                          k_mult_block, fp16_sm53),
           "add", "2-bit fused GEMV, M = 1..8 (spec §4.3); tensor cores for fp16/bf16, block <= 128"),
+    Route("fused_gemm", "fused_gemm", FUSED + (fused_gemm_enabled, tensor_core_dtype, bits_2_4_8, m_positive,
+                                               m_at_most(FUSED_GEMM_MAX_M), block_in({16, 32, 64, 128})),
+          "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs (ours, not ORT's chain; "
+                 "NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
     Route("dequant_cublas_chunked", "dequant", (no_g_idx, chunk_rule),
           "add", "dequantize N-chunks into scratch + cuBLAS GEMM per chunk (spec §6)"),
     Route("dequant_cublas", "dequant", (always,),

@@ -14,6 +14,7 @@ FAMILY_MODULES = {
     "gemv_w4": ".gemv.w4",
     "gemv_w8": ".gemv.w8",
     "gemv_w2": ".gemv.w2",
+    "fused_gemm": ".gemv.small_gemm",
     "dequant": ".dequant",
 }
 

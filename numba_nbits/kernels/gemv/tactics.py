@@ -47,9 +47,12 @@ from pathlib import Path
 
 from .layout import BITS, MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
 
-#: what the tensor-core GEMV serves (``supports``) and the SMs its grids are sized for (``sm_count``)
+#: what the tensor-core GEMV serves (``supports``) and the SMs its grids are sized for (``sm_count``); the
+#: GEMV routes take it to M = 16, the ``fused_gemm`` route (``small_gemm``) above, to ``MAX_M``
 BLOCK_SIZES = (16, 32, 64, 128)
-MAX_M = 16
+MAX_M = 64
+#: m-tiles of the kernels past M = 16: the smallest that holds M (fewer specialisations than one per M)
+GEMM_M_TILES = (3, 4, 6, 8)
 #: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
 SIM_SM_COUNT = 2
 
@@ -196,13 +199,17 @@ def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
 
 
 def m_tiles(M: int) -> int:
-    """8-row m-tiles of A the kernel covers for M: 1 for M = 1..8, 2 for M = 9..16."""
-    return 1 if M <= 8 else 2
+    """8-row m-tiles of A the kernel covers for M: 1 for M = 1..8, 2 for M = 9..16, above that the smallest of
+    ``GEMM_M_TILES`` that holds M (the ``fused_gemm`` route's kernels, M = 17..64)."""
+    if M <= 16:
+        return 1 if M <= 8 else 2
+    return next(t for t in GEMM_M_TILES if 8 * t >= M)
 
 
 def m_class(M: int) -> int:
-    """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles)."""
-    return 1 if M <= 1 else 8 if M <= 8 else 16
+    """1 for M = 1, 8 for M = 2..8 (one m-tile), 16 for M = 9..16 (two m-tiles), ``8 * m_tiles(M)`` above (no
+    tuned table has those classes: ``gemm_tactic`` picks)."""
+    return 1 if M <= 1 else 8 if M <= 8 else 16 if M <= 16 else 8 * m_tiles(M)
 
 
 def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None = None) -> Tactic | None:
@@ -241,6 +248,8 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -
     * 8 split-K warps when each keeps >= 2*unroll super-chunks; 4 for M > 8 with K <= 8192 on large N
       (the two-m-tile kernel's registers).
     """
+    if M > 16:
+        return gemm_tactic(N, M)
     tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits))
     if tuned is not None:
         return tuned
@@ -258,6 +267,25 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -
     if big and M > 8 and K <= 8192 and warps == 8:
         warps = 4
     return Tactic(tpw=tpw, warps=warps, unroll=unroll)
+
+
+def gemm_tactic(N: int, M: int) -> Tactic:
+    """The launch shape past M = 16 (3..8 m-tiles), fitted to a sweep of 10 tactics (4-bit fp16, blocks 32 and
+    128, M 17..64, 28672x8192, 8192x28672, 14336x4096, 4096x14336, 4096x4096;
+    ``benchmarks/results/2026-12-03-h200-small-gemm``): 1.04x the best tactic's time in geometric mean over 66
+    cases, 1.39x at worst (4096x14336 block 32, M = 17). The limit at these M is the activations' L2 traffic
+    (each warp re-reads A for its own rows), so wide N takes two tiles per warp where the accumulators allow it:
+
+    * N of >= 264 16-row tiles ("big"): 3 m-tiles ``t2w4u1``, 4 ``t1w8u1p1``, 6 ``t2w4u1p1``, 8 ``t2w4u1``;
+    * smaller N: up to 4 m-tiles ``t1w8u1p1``, 6 and 8 ``t1w4u2p1``.
+    """
+    mt = m_tiles(M)
+    big = -(-N // TILE_N) // 2 >= 132
+    if mt <= 4:
+        return Tactic(2, 4, 1) if (big and mt == 3) else Tactic(1, 8, 1, pf=1)
+    if not big:
+        return Tactic(1, 4, 2, pf=1)
+    return Tactic(2, 4, 1, pf=1) if mt == 6 else Tactic(2, 4, 1)
 
 
 PAIRED_K = "paired_k"

@@ -1,0 +1,232 @@
+"""The tensor-core GEMV kernels past M = 16 (3..8 m-tiles of 8 tokens), against the default call and fp16 dense.
+
+    python -m benchmarks.bench_small_gemm [--shapes 28672x8192 ...] [--M 17 32 64] [--blocks 128]
+        [--tactics t1w8u1p1 t2w4u1p1 ...] [--workers 16] [--tiny]
+
+For each shape (4-bit, symmetric, fp16; random ORT-layout bytes), block and M: the operator's default call
+(``op(A, out=Y)``), the same call with ORT's dispatch chain (``numba_nbits.fused_gemm`` off: dequantize +
+cuBLAS), ``torch.matmul`` on the dequantized fp16 weights (cuBLAS, when torch with CUDA imports), and the
+tensor-core GEMV plan (``kernels.gemv.mma.GemvMmaPlan``) with ``m_tiles(M)`` m-tiles and each tactic. Every subject rotates over weight copies that together exceed twice the L2 (one copy when a copy
+alone does), timed by CUDA-graph replay (``numba_nbits.perf.harness.measure``, medians). Each plan's result is
+checked against the default call's (relative error <= 2e-3). The kernels are compiled first in ``--workers``
+processes into the kernel cache. Prints a table; writes ``$OUT/bench_small_gemm.csv`` when ``$OUT`` is set.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    from numba_nbits.probe import gpu_present
+
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if gpu_present() else "1"
+
+import numpy as np  # noqa: E402
+
+from benchmarks.bench_dequant_chunks import _shape  # noqa: E402
+from benchmarks.common import write_out_csv  # noqa: E402
+
+FIELDS = ["shape", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
+L2_BYTES = 60e6
+DEFAULT_TACTICS = ["t1w8u1p1", "t1w4u1p1", "t2w4u1p1", "t1w8u2p1", "t2w4u1"]
+
+
+def _kernel_jobs(shapes, blocks, Ms, tactics):
+    from numba_nbits.kernels.gemv.mma import k_full
+    from numba_nbits.kernels.gemv.tactics import m_tiles
+
+    jobs = set()
+    for _N, K in shapes:
+        for bs in blocks:
+            for M in Ms:
+                for t in tactics:
+                    jobs.add(("float16", m_tiles(M), t, bs, "none", 4, False, k_full(K, bs, 4)))
+    return sorted(jobs)
+
+
+def _compile(job):
+    from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+    from numba_nbits.kernels.gemv.tactics import Tactic
+    from numba_nbits.launch import simulated
+
+    act, MT, tag, bs, zp, bits, l2pf, kf = job
+    try:
+        k = gemv_mma_kernel(act, MT, Tactic.parse(tag), bs, zp, bits, l2pf, kf)
+        k.ensure()
+        return job, -1 if simulated() else k.registers(), ""
+    except Exception as e:  # noqa: BLE001 - reported per kernel
+        return job, -1, f"{type(e).__name__}: {e}"[:300]
+
+
+def precompile(jobs, workers: int) -> dict:
+    """Compile ``jobs`` in ``workers`` processes (kernel cache); job -> (registers, error)."""
+    out = {}
+    if workers <= 1:
+        for j in jobs:
+            job, regs, err = _compile(j)
+            out[job] = (regs, err)
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        for job, regs, err in ex.map(_compile, jobs):
+            out[job] = (regs, err)
+    return out
+
+
+class _Rot:
+    def __init__(self, fns):
+        self.fns = fns
+        self.copies = len(fns)
+
+    def launch(self, i, stream):
+        self.fns[i % self.copies](stream)
+
+
+def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
+    import numba_nbits as nb
+    from numba_nbits.arrays import adapt_input, to_host
+    from numba_nbits.kernels.gemv.mma import GemvMmaPlan
+    from numba_nbits.kernels.gemv.tactics import Tactic
+    from numba_nbits.launch import simulated
+    from numba_nbits.perf import harness
+    from numba_nbits.perf.subjects import random_activation, random_weights
+    from numba_nbits.reference import relative_error
+
+    sim = simulated()
+    compiled = precompile(_kernel_jobs(shapes, blocks, Ms, tactics), 1 if sim else workers)
+    for job, (regs, err) in compiled.items():
+        print(f"kernel {job}: {regs} registers {err}", flush=True)
+    torch = None
+    if not sim:
+        try:
+            import torch as _t
+
+            torch = _t if _t.cuda.is_available() else None
+        except Exception:  # noqa: BLE001
+            torch = None
+    backend = harness.make_backend()
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def time_us(fns):
+        if sim:
+            fns[0](0)
+            return float("nan")
+        r = harness.measure(backend, _Rot(fns), host=False)
+        return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
+
+    try:
+        for N, K in shapes:
+            for bs in blocks:
+                hw = random_weights(N, K, 4, bs, "float16", "none", False, rng)
+                wbytes = N * K / 2 + N * (K // bs) * 2
+                copies = 1 if sim else max(1, min(16, math.ceil(2 * L2_BYTES / wbytes)))
+                ops = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=4, block_size=bs) for _ in range(copies)]
+                ort = {"numba_nbits.fused_gemm": False}  # ORT's chain: dequantize + cuBLAS at these M
+                ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=4, block_size=bs, config=ort)
+                           for _ in range(copies)]
+                Wd = None
+                if torch is not None:
+                    from numba_nbits.reference import dequantize_ref
+
+                    W = dequantize_ref(hw.B, hw.scales, None, bits=4, block_size=bs, K=K, N=N).astype(np.float16)
+                    dcopies = max(1, min(16, math.ceil(2 * L2_BYTES / (N * K * 2))))
+                    Wd = [torch.from_numpy(W).cuda() for _ in range(dcopies)]
+                for M in Ms:
+                    a_host = random_activation(M, K, "float16", rng)
+                    if sim:
+                        a_in, y_in = a_host, np.zeros((M, N), np.float16)
+                        from numba_nbits.arrays import to_device
+
+                        A = to_device(a_host, True)
+                        Ys = [to_device(np.zeros((M, N), np.float16), True) for _ in range(copies)]
+                    else:
+                        from numba import cuda
+
+                        a_in, y_in = cuda.to_device(a_host), cuda.device_array((M, N), np.float16)
+                        A = adapt_input(a_in, "A", False, False).dev
+                        Ys = [adapt_input(cuda.device_array((M, N), np.float16), "Y", False, False).dev
+                              for _ in range(copies)]
+                    ops[0](a_in, out=y_in)
+                    want = (y_in if sim else y_in.copy_to_host()).astype(np.float64)
+                    flops = 2.0 * M * N * K
+                    base = dict(shape=f"{N}x{K}", block=bs, M=M)
+
+                    def row(what, us, err, ncopy, moved):
+                        return emit(dict(base, what=what, us=us, tflops=flops / us / 1e6, tb_s=moved / us / 1e6,
+                                         rel_err=err, copies=ncopy))
+
+                    moved_q = wbytes + 2 * M * (K + N)
+                    us = time_us([lambda s, o=o: o(a_in, out=y_in, stream=s) for o in ops])
+                    rows.append(row(f"default ({ops[0].route(M)})", us, 0.0, copies, moved_q))
+                    y_ort = np.zeros((M, N), np.float16) if sim else cuda.device_array((M, N), np.float16)
+                    ops_ort[0](a_in, out=y_ort)
+                    err = relative_error((y_ort if sim else y_ort.copy_to_host()).astype(np.float64), want)
+                    us = time_us([lambda s, o=o: o(a_in, out=y_ort, stream=s) for o in ops_ort])
+                    rows.append(row(f"ORT chain ({ops_ort[0].route(M)})", us, err, copies, moved_q))
+                    if Wd is not None:
+                        at = torch.from_numpy(a_host).cuda()
+                        yt = torch.empty((M, N), dtype=torch.float16, device="cuda")
+
+                        def dense(s, w):
+                            with torch.cuda.stream(torch.cuda.ExternalStream(int(s) if s else 0)):
+                                torch.matmul(at, w.t(), out=yt)
+
+                        dense(0, Wd[0])
+                        torch.cuda.synchronize()
+                        err = relative_error(yt.cpu().numpy().astype(np.float64), want)
+                        us = time_us([lambda s, w=w: dense(s, w) for w in Wd])
+                        rows.append(row("fp16 dense (torch)", us, err, len(Wd), N * K * 2 + 2 * M * (K + N)))
+                    for tag in tactics:
+                        try:
+                            plans = [GemvMmaPlan(o.weights, M, Tactic.parse(tag)) for o in ops]
+                        except Exception as e:  # noqa: BLE001
+                            print(f"{N}x{K} b{bs} M={M} {tag}: {type(e).__name__}: {e}", flush=True)
+                            continue
+                        plans[0].enqueue(A, Ys[0], 0)
+                        if not sim:
+                            from numba import cuda
+
+                            cuda.synchronize()
+                        err = relative_error(to_host(Ys[0]).astype(np.float64), want)
+                        if not err <= 2e-3:
+                            print(f"{N}x{K} b{bs} M={M} {tag}: relative error {err:.3g}", flush=True)
+                        us = time_us([lambda s, p=p, y=y: p.enqueue(A, y, s) for p, y in zip(plans, Ys)])
+                        rows.append(row(f"gemv_mma {tag} mt{-(-M // 8)}", us, err, copies, moved_q))
+                del ops, ops_ort, Wd
+    finally:
+        backend.close()
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=["28672x8192", "8192x28672", "14336x4096", "4096x14336",
+                                                     "4096x4096"])
+    ap.add_argument("--M", type=int, nargs="+", default=[17, 32, 64])
+    ap.add_argument("--blocks", type=int, nargs="+", default=[128])
+    ap.add_argument("--tactics", nargs="+", default=DEFAULT_TACTICS)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--tiny", action="store_true", help="simulator-sized smoke test")
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.shapes, a.M, a.tactics = ["64x256"], [30], ["t1w4u1p1"]
+    if any(not 17 <= m <= 64 for m in a.M):
+        ap.error("--M must be in 17..64")
+
+    def emit(r):
+        print(f"{r['shape']:12s} b{r['block']:<4d} M={r['M']:<3d} {r['what']:30s} {r['us']:9.2f} us "
+              f"{r['tflops']:7.1f} TFLOP/s {r['tb_s']:6.2f} TB/s err {r['rel_err']:.2e}", flush=True)
+        return r
+
+    rows = run([_shape(s) for s in a.shapes], a.blocks, a.M, a.tactics, a.workers, emit)
+    write_out_csv("bench_small_gemm.csv", FIELDS, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Fused small GEMM (route ``fused_gemm``): the tensor-core GEMV kernels (``mma``) past M = 16, up to M = 64.
+
+ORT's chain sends M > 16 (and 2-bit M > 8) to dequantize + cuBLAS: an N x K fp16 copy of the weights is
+written and read back on every call, so the call costs more than a GEMM on fp16 weights would. This route
+runs the fused tensor-core kernel of the GEMV routes with 3, 4, 6 or 8 m-tiles of 8 tokens
+(``tactics.m_tiles``): the packed 2/4/8-bit weights are read once per call, decoded in registers and fed
+to ``mma.sync``; fp32 accumulation; the route adds bias with the bias-add kernel (as the GEMV routes do).
+It is a deliberate departure from ORT's dispatch chain, on by default; ``numba_nbits.fused_gemm`` /
+``NUMBA_NBITS_FUSED_GEMM=0`` restores ORT's chain (dequantize + cuBLAS there), and ``explain`` shows
+which one a call takes.
+
+It is placed after the GEMV routes, so it serves what they leave: M = 17..64, and 2-bit M = 9..16 (ORT's
+2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
+
+Speed (H200, 4-bit fp16, blocks 32 and 128; ``benchmarks/results/2026-12-03-h200-small-gemm``): 1.2-4.3x
+faster than dequantize + cuBLAS at M = 17..64 on five LLM shapes; against cuBLAS on fp16 weights (default calls,
+six shapes, geometric means) 1.55x at M = 17, 1.16x at M = 32 and 0.80x at M = 64. The kernel re-reads the
+activations once per warp's rows, so at these M the L2 traffic of A, not the weights, bounds it
+(``tactics.gemm_tactic``).
+
+An A that is not 16-byte aligned (e.g. a sliced tensor) is served by the dequantize + cuBLAS plan, built on
+first need (outside graph capture), as the GEMV routes fall back to their CUDA-core engine.
+
+Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64, block 16/32/64/128, zero points none/packed, no
+g_idx, N % 8 == 0, K % 8 == 0.
+"""
+from __future__ import annotations
+
+from ..family import KernelFamily
+from . import core
+from .mma import TensorCorePlan
+from .tactics import BITS, BLOCK_SIZES, MAX_M
+
+ROUTE = "fused_gemm"
+
+
+def unmet(problem):
+    """The needs of this family that ``problem`` fails (messages; none: supported)."""
+    p = problem
+    if p.bits not in BITS:
+        yield f"bits={p.bits}, needs one of {BITS}"
+    if p.dtype not in ("float16", "bfloat16"):
+        yield f"A dtype {p.dtype}, needs float16 or bfloat16 (tensor cores)"
+    if p.has_g_idx:
+        yield "g_idx is not supported by fused kernels"
+    if p.zero_points not in ("none", "packed"):
+        yield f"zero points {p.zero_points!r}, needs none or packed uint8"
+    if p.N % 8 or p.K % 8:
+        yield f"N={p.N}, K={p.K} must be multiples of 8"
+    if not 1 <= p.M <= MAX_M:
+        yield f"M={p.M} outside 1..{MAX_M}"
+    if p.block_size not in BLOCK_SIZES:
+        yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
+
+
+supports = core.supports_from(unmet)
+
+
+def _dequant_plan(weights, problem, config):
+    """The plan ORT's chain would run here (dequantize + cuBLAS, chunked by its rule): the unaligned-A fallback."""
+    from ...config import load_config
+    from ...dispatch.routes import chunk_rule
+    from .. import dequant
+
+    cfg = config if config is not None else load_config({})
+    route = "dequant_cublas_chunked" if chunk_rule(problem, cfg) else "dequant_cublas"
+    return dequant.build(weights, problem, cfg, route)
+
+
+def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
+    """Plan for ``problem`` (fixed M) over ``weights``; ``tactic``: a ``tactics.Tactic`` (default:
+    ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16)."""
+    core.check(ROUTE, unmet(problem))
+    core.check(ROUTE, core.weights_unmet(weights, problem))
+    return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
+
+
+FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/small_gemm.py", "gemv/mma_source.py", "gemv/tactics.py"))

@@ -1,0 +1,27 @@
+"""benchmarks/bench_small_gemm.py --tiny runs (simulator-sized): a row for the default call, ORT's chain and the
+tensor-core plan past M = 16, each checked against the default call."""
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_bench_small_gemm_tiny(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--tiny"], cwd=ROOT,
+                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "bench_small_gemm.csv")))
+    assert [r["what"] for r in rows] == ["default (fused_gemm)", "ORT chain (dequant_cublas)", "gemv_mma t1w4u1p1 mt4"]
+    assert all(float(r["rel_err"]) <= 2e-3 for r in rows)
+    assert "relative error" not in p.stdout
+
+
+def test_bench_small_gemm_refuses_m_outside_the_route(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--M", "16"], cwd=ROOT,
+                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2 and "--M must be in 17..64" in p.stderr

@@ -1,0 +1,100 @@
+"""The ``fused_gemm`` route (``kernels/gemv/small_gemm.py``): the tensor-core GEMV kernels past M = 16, checked
+against the float64 oracle through default calls, its unaligned-A fallback, its switch, and its tactics."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import SIMULATED
+
+import numba_nbits as nb
+from numba_nbits.kernels.gemv import tactics
+from numba_nbits.reference import matmul_nbits_ref, relative_error
+
+DT = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+TOL = {"float16": 2e-3, "bfloat16": 1e-2}
+# the simulator runs each kernel thread by thread: small N and K; on a GPU a shape with a K tail and two warps' K
+N_SIM, K_SIM = 32, 256
+N_GPU, K_GPU = 520, 1288
+
+
+def _inputs(rng, *, bits, block, N, K, M, dtype, zp, bias):
+    kb = -(-K // block)
+    B = rng.integers(0, 256, (N, kb, block * bits // 8), dtype=np.uint8)
+    s = (rng.uniform(0.5, 1.5, (N, kb)) / (2 ** (bits - 1) * np.sqrt(K))).astype(DT[dtype])
+    z = rng.integers(0, 256, (N, -(-kb * bits // 8)), dtype=np.uint8) if zp else None
+    b = rng.uniform(-1, 1, N).astype(DT[dtype]) if bias else None
+    A = rng.uniform(-1, 1, (M, K)).astype(DT[dtype])
+    return A, B, s, z, b
+
+
+CASES = [  # (bits, block, M, dtype, zero points, bias): every m-tile count, each bit width, both dtypes
+    (4, 32, 17, "float16", False, True),
+    (4, 128, 30, "bfloat16", True, False),
+    (8, 64, 40, "float16", True, True),
+    (2, 64, 12, "float16", False, False),  # 2-bit M = 9..16: past gemv_w2's M <= 8
+    (4, 16, 64, "float16", False, False),
+]
+
+
+@pytest.mark.parametrize("bits, block, M, dtype, zp, bias", CASES)
+def test_default_call_matches_oracle(rng, bits, block, M, dtype, zp, bias):
+    N, K = (N_SIM, K_SIM) if SIMULATED else (N_GPU, K_GPU)
+    if bits == 2:
+        K -= K % 64  # a whole number of 2-bit blocks (the packed layout's need, not the route's)
+    A, B, s, z, b = _inputs(rng, bits=bits, block=block, N=N, K=K, M=M, dtype=dtype, zp=zp, bias=bias)
+    op = nb.MatMulNBits(B, s, z, None, b, K=K, N=N, bits=bits, block_size=block)
+    assert op.route(M) == "fused_gemm"
+    ref = matmul_nbits_ref(A, B, s, z, bias=b, K=K, N=N, bits=bits, block_size=block)
+    Y = np.asarray(op(A)).astype(np.float64)
+    assert relative_error(Y, ref) <= TOL[dtype]
+    plan = op._entries[M].plan
+    assert f"_mt{tactics.m_tiles(M)}_" in plan.kernel and plan.kernel.endswith("+bias_add") == bias
+
+
+def test_switch_off_gives_orts_route_and_the_same_answer(rng):
+    N, K, M = N_SIM, K_SIM, 20
+    A, B, s, _, _ = _inputs(rng, bits=4, block=32, N=N, K=K, M=M, dtype="float16", zp=False, bias=False)
+    on = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=32)
+    off = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=32, config={"numba_nbits.fused_gemm": False})
+    assert on.route(M) == "fused_gemm" and off.route(M) == "dequant_cublas"
+    ref = matmul_nbits_ref(A, B, s, K=K, N=N, bits=4, block_size=32)
+    for op in (on, off):
+        assert relative_error(np.asarray(op(A)).astype(np.float64), ref) <= TOL["float16"]
+
+
+def test_unaligned_A_falls_back_to_dequantize_cublas(rng):
+    from numba_nbits.arrays import DevArray, to_device, to_host
+
+    N, K, M = N_SIM, K_SIM, 18
+    A, B, s, _, b = _inputs(rng, bits=4, block=64, N=N, K=K, M=M, dtype="float16", zp=False, bias=True)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=64)
+    aligned = np.asarray(op(A))
+    plan = op._entries[M].plan
+    src = to_device(np.concatenate([np.zeros(4, A.dtype), A.reshape(-1)]), SIMULATED)
+    a = src.offset(8, (M, K))  # 8 bytes in: not 16-byte aligned
+    if SIMULATED:  # simulated device arrays have no addresses; give this view one
+        a = DevArray(8, a.shape, a.strides, a.dtype, a.owner)
+    assert a.ptr % 16 == 8
+    out = to_device(np.zeros((M, N), A.dtype), SIMULATED)
+    plan.run(a, out, 0)
+    y = to_host(out).astype(np.float64)
+    assert plan._fallback is not None and plan._fallback.route == "dequant_cublas"
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=64)
+    assert relative_error(y, ref) <= TOL["float16"]
+    assert relative_error(y, aligned.astype(np.float64)) <= TOL["float16"]
+
+
+@pytest.mark.parametrize("N, M, tag", [
+    (28672, 17, "t2w4u1"), (28672, 32, "t1w8u1p1"), (28672, 48, "t2w4u1p1"), (28672, 64, "t2w4u1"),
+    (4096, 24, "t1w8u1p1"), (4096, 40, "t1w4u2p1"), (4096, 64, "t1w4u2p1"),
+])
+def test_gemm_tactic_rule(N, M, tag):
+    assert tactics.default_tactic(N, 8192, 128, M, 4).tag == tag
+    assert tactics.gemm_tactic(N, M).tag == tag
+
+
+def test_m_class_past_16_has_no_tuned_entry():
+    for bits in (2, 4, 8):
+        assert not any(key[3] > 16 for key in tactics.tuned_table(bits))
+    assert tactics.m_class(17) == 24 and tactics.m_class(64) == 64
