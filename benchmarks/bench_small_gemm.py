@@ -4,12 +4,13 @@
         [--tactics t1w8u1p1 t2w4u1p1 ...] [--workers 16] [--tiny]
 
 For each shape (4-bit, symmetric, fp16; random ORT-layout bytes), block and M: the operator's default call
-(``op(A, out=Y)``), the same call with ORT's dispatch chain (``numba_nbits.fused_gemm`` off: dequantize +
-cuBLAS), ``torch.matmul`` on the dequantized fp16 weights (cuBLAS, when torch with CUDA imports), and the
-tensor-core GEMV plan (``kernels.gemv.mma.GemvMmaPlan``) with ``m_tiles(M)`` m-tiles and each tactic. Every subject rotates over weight copies that together exceed twice the L2 (one copy when a copy
-alone does), timed by CUDA-graph replay (``numba_nbits.perf.harness.measure``, medians). Each plan's result is
-checked against the default call's (relative error <= 2e-3). The kernels are compiled first in ``--workers``
-processes into the kernel cache. Prints a table; writes ``$OUT/bench_small_gemm.csv`` when ``$OUT`` is set.
+(``op(A, out=Y)``), the same call with ORT's dispatch chain (``numba_nbits.fused_gemm`` off: dequantize + cuBLAS),
+``torch.matmul`` on the dequantized fp16 weights (cuBLAS, when torch with CUDA imports), and the tensor-core GEMV
+plan (``kernels.gemv.mma.GemvMmaPlan``) with ``m_tiles(M)`` m-tiles and each tactic. Every subject rotates over
+weight copies that together exceed twice the L2 (one copy when a copy alone does), timed by CUDA-graph replay
+(``numba_nbits.perf.harness.measure``, medians). Each plan's result is checked against the default call's
+(relative error <= 2e-3). The kernels are compiled first in ``--workers`` processes into the kernel cache. Prints
+a table; writes ``$OUT/bench_small_gemm.csv`` when ``$OUT`` is set.
 """
 from __future__ import annotations
 
@@ -77,15 +78,6 @@ def precompile(jobs, workers: int) -> dict:
     return out
 
 
-class _Rot:
-    def __init__(self, fns):
-        self.fns = fns
-        self.copies = len(fns)
-
-    def launch(self, i, stream):
-        self.fns[i % self.copies](stream)
-
-
 def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
     import numba_nbits as nb
     from numba_nbits.arrays import adapt_input, to_host
@@ -116,7 +108,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
         if sim:
             fns[0](0)
             return float("nan")
-        r = harness.measure(backend, _Rot(fns), host=False)
+        r = harness.measure(backend, harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)), host=False)
         return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
 
     try:

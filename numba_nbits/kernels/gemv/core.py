@@ -206,10 +206,14 @@ def check(family: str, unmet) -> None:
         raise ValueError(f"{family}: unsupported problem ({what})")
 
 
-def fused_unmet(problem, bits: int, zero_points=("none", "packed")):
-    """The needs every fused-GEMV family has: its bit width, no g_idx, the zero-point forms it decodes."""
+def fused_unmet(problem, bits, zero_points=("none", "packed")):
+    """The needs every fused-GEMV family has: its bit width (``bits``: one, or a tuple of those it decodes), no
+    g_idx, the zero-point forms it decodes."""
     p = problem
-    if p.bits != bits:
+    if isinstance(bits, tuple):
+        if p.bits not in bits:
+            yield f"bits={p.bits}, needs one of {bits}"
+    elif p.bits != bits:
         yield f"bits={p.bits}, needs {bits}"
     if p.has_g_idx:
         yield "g_idx is not supported by fused kernels"

@@ -37,14 +37,9 @@ ROUTE = "fused_gemm"
 def unmet(problem):
     """The needs of this family that ``problem`` fails (messages; none: supported)."""
     p = problem
-    if p.bits not in BITS:
-        yield f"bits={p.bits}, needs one of {BITS}"
+    yield from core.fused_unmet(p, BITS)
     if p.dtype not in ("float16", "bfloat16"):
         yield f"A dtype {p.dtype}, needs float16 or bfloat16 (tensor cores)"
-    if p.has_g_idx:
-        yield "g_idx is not supported by fused kernels"
-    if p.zero_points not in ("none", "packed"):
-        yield f"zero points {p.zero_points!r}, needs none or packed uint8"
     if p.N % 8 or p.K % 8:
         yield f"N={p.N}, K={p.K} must be multiples of 8"
     if not 1 <= p.M <= MAX_M:
