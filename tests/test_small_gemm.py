@@ -89,9 +89,66 @@ def test_unaligned_A_falls_back_to_dequantize_cublas(rng):
     (28672, 17, "t2w4u1"), (28672, 32, "t1w8u1p1"), (28672, 48, "t2w4u1p1"), (28672, 64, "t2w4u1"),
     (4096, 24, "t1w8u1p1"), (4096, 40, "t1w4u2p1"), (4096, 64, "t1w4u2p1"),
 ])
-def test_gemm_tactic_rule(N, M, tag):
-    assert tactics.default_tactic(N, 8192, 128, M, 4).tag == tag
-    assert tactics.gemm_tactic(N, M).tag == tag
+def test_plain_gemm_tactic_rule(N, M, tag):
+    assert tactics.plain_gemm_tactic(N, M).tag == tag
+    assert tactics.gemm_tactic(N, M).tag == tag  # without K and block: the plain kernel
+
+
+@pytest.mark.parametrize("N, K, block, bits, M, tag", [
+    (28672, 8192, 128, 4, 64, "t2w4u1s4x"), (14336, 4096, 32, 4, 25, "t2w4u1s4x"),
+    (14336, 4096, 32, 4, 24, "t2w4u1"),  # 3 m-tiles: the plain kernel
+    (8192, 28672, 64, 4, 32, "t2w4u1k4s4x"),  # below XA_NOSPLIT_N: K split 4 ways at 4 m-tiles
+    (8192, 28672, 64, 4, 40, "t2w4u1p1"),  # ... and the plain kernel past them
+    (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # few rows: the plain kernel
+    (28672, 8200, 128, 4, 64, "t2w4u1"),  # a K tail: the plain kernel
+    (28672, 8192, 16, 4, 64, "t2w4u1"),  # block 16: the plain kernel
+    (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit: the plain kernel
+])
+def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, block, bits, M, tag):
+    assert tactics.default_tactic(N, K, block, M, bits).tag == tag
+
+
+@pytest.mark.parametrize("bits, block, N, K, M, tag, zp, dtype", [
+    (4, 128, 48, 256, 20, "t1w2u1s3x", False, "float16"),  # 2 CTAs, the second's second warp past N
+    (4, 32, 40, 256, 33, "t2w2u1k2x", True, "bfloat16"),  # split-K over 2 CTAs, packed zero points
+    (8, 64, 24, 256, 64, "t1w2u1k2s4x", True, "float16"),  # two-plane codes
+    (2, 128, 32, 256, 17, "t1w2u1x", False, "float16"),
+])
+def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
+    """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring."""
+    from numba_nbits.arrays import to_device, to_host
+    from numba_nbits.kernels.gemv.mma import GemvMmaPlan
+
+    if not SIMULATED:
+        N, K = 8 * N, 16 * K
+    A, B, s, z, _ = _inputs(rng, bits=bits, block=block, N=N, K=K, M=M, dtype=dtype, zp=zp, bias=False)
+    op = nb.MatMulNBits(B, s, z, K=K, N=N, bits=bits, block_size=block)
+    tac = tactics.Tactic.parse(tag)
+    assert tac.xa and tac.tag == tag
+    plan = GemvMmaPlan(op.weights, M, tac)
+    assert plan.grid == -(-(-(-N // (16 * tac.tpw))) // tac.warps) * tac.ksplit
+    assert plan.kernel.endswith("_kf") and f"_{tag}_" in plan.kernel
+    out = to_device(np.full((M, N), np.nan, DT[dtype]), SIMULATED)
+    for _ in range(2):  # twice: the split-K counters reset themselves
+        plan.enqueue(to_device(A, SIMULATED), out, 0)
+        y = to_host(out).astype(np.float64)
+        assert not np.isnan(y).any()
+        ref = matmul_nbits_ref(A, B, s, z, K=K, N=N, bits=bits, block_size=block)
+        assert relative_error(y, ref) <= TOL[dtype]
+
+
+def test_shared_activation_tactics_are_checked(rng):
+    from numba_nbits.kernels.gemv.mma import build
+    from numba_nbits.kernels.gemv.mma_xa import applies
+
+    for bad in ("t1w8u2s4x", "t1w8u1p1s4x", "t1w8u1r4x", "t1w8u1s3ax", "t1w8u1s9x"):
+        with pytest.raises(ValueError):
+            tactics.Tactic.parse(bad)
+    assert applies(8192, 128, 4) and not applies(8200, 128, 4) and not applies(8192, 16, 4)
+    A, B, s, _, _ = _inputs(rng, bits=4, block=32, N=32, K=200, M=20, dtype="float16", zp=False, bias=False)
+    op = nb.MatMulNBits(B, s, K=200, N=32, bits=4, block_size=32)
+    with pytest.raises(ValueError, match="multiple of the super-chunk"):
+        build(op.weights, op.problem(20), tactic=tactics.Tactic.parse("t1w2u1x"))
 
 
 def test_m_class_past_16_has_no_tuned_entry():

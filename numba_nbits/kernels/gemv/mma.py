@@ -29,13 +29,21 @@ from .layout import MMA_LAYOUTS, TILE_N, Packed, super_chunk
 from .mma_ring import gen_ring_source
 from .mma_smem import fitted
 from .mma_source import gen_source
+from .mma_xa import applies as xa_applies
+from .mma_xa import gen_source_xa
+from .mma_xa import layout as xa_layout
 from .repack import prepack
 from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
                     kfull: bool = False) -> str:
-    """Python source of one specialisation: the ring kernel for ``tac.ring``, else the plain one."""
+    """Python source of one specialisation: the ring kernel for ``tac.ring``, the shared-activation kernel for
+    ``tac.xa`` (K-full only), else the plain one."""
+    if tac.xa:
+        if not kfull or l2pf:
+            raise ValueError(f"gemv_mma {tac.tag}: shared activations need K a multiple of the super-chunk, no l2pf")
+        return gen_source_xa(act, MT, tac, BS, ZP, bits)
     return (gen_ring_source if tac.ring else gen_source)(act, MT, tac, BS, ZP, bits, l2pf, kfull)
 
 
@@ -61,11 +69,11 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
         "fma2": _I.fma_bf16x2 if act == "bfloat16" else _I.fma_f16x2,
         "u32_as_f32": _I.u32_as_f32, "ldcg": _I.ldcg, "lop3": _I.lop3_andor,
         "f16lo_to_f32": _I.f16lo_to_f32, "f16hi_to_f32": _I.f16hi_to_f32,
-        "prefetch_l2": _I.prefetch_l2, "threadfence": _I.threadfence, "opaque_i64": _I.opaque_i64,
+        "prefetch_l2": _I.prefetch_l2, "U32T": types.uint32, "threadfence": _I.threadfence, "opaque_i64": _I.opaque_i64,
     }
-    if tac.smem:
+    if tac.smem or tac.xa:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})
-        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - 1)
+        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - (2 if tac.xa else 1))
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_kf" if kfull else "") + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name
@@ -114,6 +122,10 @@ class GemvMmaPlan(Plan):
         sw = sc.view(np.uint32, (sc.shape[0] // 2,))
         groups = -(-self.N // (TILE_N * tactic.tpw))
         grid = groups * tactic.ksplit
+        shared = 0
+        if tactic.xa:  # ``warps * tpw`` tiles per CTA; the ring in dynamic shared memory
+            grid = -(-groups // tactic.warps) * tactic.ksplit
+            shared = xa_layout(tactic, m_tiles(M), weights.block_size, weights.zp_kind, weights.bits)[2]
         if tactic.grid:  # persistent ring kernel: ``grid`` CTAs per SM, grid-stride over the tile groups
             grid = min(groups, tactic.grid * sm_count(weights.simulated))
         self.grid = grid
@@ -123,11 +135,11 @@ class GemvMmaPlan(Plan):
         else:
             self._ws = weights.dummy(np.float32)
             self._cnt = weights.dummy(np.int32)
-        if tactic.smem:  # the shared-memory ring: resident CTAs need shared memory more than L1
+        if tactic.smem or tactic.xa:  # the shared-memory ring: resident CTAs need shared memory more than L1
             k.prefer_shared(100)
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
-                               pk.n_super))
+                               pk.n_super), shared_mem=shared)
 
         # the per-call views' layouts (GPU): enqueue() only moves their pointers when A and Y have the
         # byte counts these views take (what DevArray.view would check), else it builds the views
@@ -188,6 +200,9 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
         tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
         if tac.smem:  # a tuned shared-memory ring, fitted to this specialisation's shared memory
             tac = fitted(tac, m_tiles(problem.M), weights.block_size, weights.zp_kind, weights.bits)
+    if tac.xa and not xa_applies(weights.K, weights.block_size, weights.bits):
+        raise ValueError(f"gemv_mma {tac.tag}: shared activations need K a multiple of the super-chunk and block "
+                         f">= 32, got K={weights.K}, block_size={weights.block_size}")
     return GemvMmaPlan(weights, problem.M, tac, packed, l2pf)
 
 

@@ -9,14 +9,20 @@ It is a deliberate departure from ORT's dispatch chain, on by default; ``numba_n
 ``NUMBA_NBITS_FUSED_GEMM=0`` restores ORT's chain (dequantize + cuBLAS there), and ``explain`` shows
 which one a call takes.
 
+From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the shared-activation kernel
+(``mma_xa``): the warps of a CTA share each K step's activations through shared memory instead of each
+re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
+(one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block.
+
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64, and 2-bit M = 9..16 (ORT's
 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
 
-Speed (H200, 4-bit fp16, blocks 32 and 128; ``benchmarks/results/2026-12-03-h200-small-gemm``): 1.2-4.3x
-faster than dequantize + cuBLAS at M = 17..64 on five LLM shapes; against cuBLAS on fp16 weights (default calls,
-six shapes, geometric means) 1.55x at M = 17, 1.16x at M = 32 and 0.80x at M = 64. The kernel re-reads the
-activations once per warp's rows, so at these M the L2 traffic of A, not the weights, bounds it
-(``tactics.gemm_tactic``).
+Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
+28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``):
+1.66x at M = 17, 1.54x at 32, 1.17x at 48, 0.96x at 64; 2.0-4.8x faster than dequantize + cuBLAS. The plain
+kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
+bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
+(ncu in the same results).
 
 An A that is not 16-byte aligned (e.g. a sliced tensor) is served by the dequantize + cuBLAS plan, built on
 first need (outside graph capture), as the GEMV routes fall back to their CUDA-core engine.
@@ -70,4 +76,5 @@ def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
     return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
 
 
-FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/small_gemm.py", "gemv/mma_source.py", "gemv/tactics.py"))
+FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/small_gemm.py", "gemv/mma_source.py", "gemv/mma_xa.py",
+                                                "gemv/tactics.py"))

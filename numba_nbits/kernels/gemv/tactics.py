@@ -46,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .layout import BITS, MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
+from .mma_xa import applies as xa_applies
 
 #: what the tensor-core GEMV serves (``supports``) and the SMs its grids are sized for (``sm_count``); the
 #: GEMV routes take it to M = 16, the ``fused_gemm`` route (``small_gemm``) above, to ``MAX_M``
@@ -121,6 +122,10 @@ class Tactic:
     * ``smem``: the pipeline's ``stages`` are slots of a shared-memory ring filled by ``cp.async``
       (``mma_smem``; 2..8 stages, ``pf = 1``, not the ring kernel): ``stages - 1`` stages in flight per warp
       at the registers of one (tag suffix ``a``).
+    * ``xa``: the shared-activation kernel (``mma_xa``; tag suffix ``x``): the CTA's warps take different tiles
+      (``warps * tpw`` per CTA) on the same K range, reading A from a ``stages``-slot shared-memory ring
+      (2..8) that also carries the weights; ``ksplit`` CTAs split K. Needs ``unroll = 1``, ``pf = 0``, no ring
+      kernel or ``smem``; K a multiple of the super-chunk and block >= 32 (``mma_xa.applies``).
     """
 
     tpw: int = 1
@@ -133,10 +138,11 @@ class Tactic:
     ring: int = 0
     grid: int = 0
     smem: bool = False
+    xa: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
-                or not 2 <= self.stages <= (8 if self.smem else 4) or not 0 <= self.minb <= 32
+                or not 2 <= self.stages <= (8 if self.smem or self.xa else 4) or not 0 <= self.minb <= 32
                 or not 0 <= self.ring <= 16 or not 0 <= self.grid <= 32):
             raise ValueError(f"bad gemv_mma tactic {self}")
         if self.ring and (self.ring < 2 or self.unroll != 1 or self.pf != 1 or self.ksplit != 1 or self.stages != 2):
@@ -145,6 +151,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: a persistent grid (g) needs the ring kernel (r): {self}")
         if self.smem and (self.ring or self.pf != 1):
             raise ValueError(f"gemv_mma: a shared-memory pipeline (a) needs pf = 1 and no ring kernel: {self}")
+        if self.xa and (self.ring or self.smem or self.unroll != 1 or self.pf):
+            raise ValueError(f"gemv_mma: shared activations (x) need u1, no p/r/a: {self}")
 
     @property
     def tag(self) -> str:
@@ -164,17 +172,19 @@ class Tactic:
             s += f"g{self.grid}"
         if self.smem:
             s += "a"
+        if self.xa:
+            s += "x"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a))
+                      int(gr or 0), bool(a), bool(x))
 
 
 def _table_path(gpu: str) -> Path:
@@ -249,7 +259,7 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -
       (the two-m-tile kernel's registers).
     """
     if M > 16:
-        return gemm_tactic(N, M)
+        return gemm_tactic(N, M, K, block_size, bits)
     tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits))
     if tuned is not None:
         return tuned
@@ -269,8 +279,40 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -
     return Tactic(tpw=tpw, warps=warps, unroll=unroll)
 
 
-def gemm_tactic(N: int, M: int) -> Tactic:
-    """The launch shape past M = 16 (3..8 m-tiles), fitted to a sweep of 10 tactics (4-bit fp16, blocks 32 and
+#: the shared-activation kernel (``mma_xa``) as the default past M = 16: 4-bit weights (the bit width it was
+#: measured with), at least ``XA_MIN_M_TILES`` m-tiles (at 3 the plain kernel is as fast), N of at least
+#: ``XA_MIN_N`` rows; below ``XA_NOSPLIT_N`` rows (fewer than ~100 CTAs of 128 rows) K is split over
+#: ``XA_KSPLIT`` CTAs, which paid only at 4 m-tiles
+XA_BITS = (4,)
+XA_MIN_M_TILES = 4
+XA_MIN_N = 8192
+XA_NOSPLIT_N = 12288
+XA_KSPLIT = 4
+
+
+def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = None, bits: int = 4) -> Tactic:
+    """The launch shape past M = 16 (3..8 m-tiles).
+
+    With K and the block given, 4-bit weights with >= 4 m-tiles (M >= 25) take the shared-activation kernel
+    ``t2w4u1s4x`` (``mma_xa``: 128 rows per CTA, 4-slot ring) on N >= ``XA_NOSPLIT_N`` rows, and at 4 m-tiles
+    (M = 25..32) ``t2w4u1k4s4x`` (K split 4 ways) on ``XA_MIN_N <= N < XA_NOSPLIT_N``, where it applies (K a
+    multiple of the super-chunk, block >= 32). Fitted to sweeps of its tactics against the plain kernel's
+    (4-bit fp16, M = 17, 32, 48, 64, blocks 32 and 128, 28672x8192, 8192x28672, 14336x4096, 4096x14336,
+    128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``): on 4096 rows, at 3 m-tiles, and with split-K
+    past 4 m-tiles the plain kernel was as fast or faster. Otherwise (``plain_gemm_tactic``) the plain kernel."""
+    mt = m_tiles(M)
+    if (K is None or block_size is None or bits not in XA_BITS or N < XA_MIN_N or mt < XA_MIN_M_TILES
+            or not xa_applies(K, block_size, bits)):
+        return plain_gemm_tactic(N, M)
+    if N >= XA_NOSPLIT_N:
+        return Tactic(2, 4, 1, stages=4, xa=True)
+    if mt == XA_MIN_M_TILES:
+        return Tactic(2, 4, 1, ksplit=XA_KSPLIT, stages=4, xa=True)
+    return plain_gemm_tactic(N, M)
+
+
+def plain_gemm_tactic(N: int, M: int) -> Tactic:
+    """The plain kernel's launch shape past M = 16, fitted to a sweep of 10 tactics (4-bit fp16, blocks 32 and
     128, M 17..64, 28672x8192, 8192x28672, 14336x4096, 4096x14336, 4096x4096;
     ``benchmarks/results/2026-12-03-h200-small-gemm``): 1.04x the best tactic's time in geometric mean over 66
     cases, 1.39x at worst (4096x14336 block 32, M = 17). The limit at these M is the activations' L2 traffic

@@ -1,0 +1,271 @@
+"""The shared-activation tensor-core kernel (``Tactic.xa``, tag suffix ``x``): ``mma_source``'s math with the
+activations of a K step staged once per CTA in shared memory, for the ``fused_gemm`` route's M = 17..64.
+
+Why
+---
+The plain kernel splits one tile group's K across the warps of a CTA, so every warp reads, from L2, the
+activations of its own K range for its own 16 rows: per weight byte ``4 M`` activation bytes cross L2 (16x
+the weights at M = 64), and past M = 16 that traffic, not HBM, bounds it. Here the warps of a CTA take
+*different* rows on the *same* K range: the CTA copies each super-chunk of A (all ``8 * m_tiles`` rows) into
+shared memory once with ``cp.async`` and every warp reads its MMA fragments from there, so L2 carries A once
+per ``16 * tpw * warps`` rows (128 or 256) instead of once per 16.
+
+Numerics
+--------
+The decode is ``mma_source``'s (``q - zp`` exact in fp16/bf16), then one packed multiply by the block's scale
+pair: the weight enters the MMA as the fp16/bf16 value ``(q - zp) * scale``, rounded once, as dequantize +
+cuBLAS (ORT's chain) rounds it, and the tensor core accumulates in fp32 across blocks. This drops the plain
+kernel's fp32 per-block partial sums (``4 * m_tiles`` registers per tile and their FMAs), which is what makes
+two tiles per warp (each activation fragment read from shared memory feeds two MMAs) affordable at 8 m-tiles.
+
+Thread -> data mapping
+----------------------
+CTA ``b`` is tile group ``b // ksplit`` (``warps * tpw`` 16-row tiles: warp ``w`` owns tiles ``(grp * warps +
+w) * tpw + i``) and K split ``b % ksplit``: super-chunks ``[split * n_super // ksplit, (split + 1) * n_super //
+ksplit)``, one per iteration. Lane ``(g, t)`` decodes and multiplies exactly as in ``mma_source`` (weights:
+the A operand, 16 rows; activations: the B operand, 8 tokens per m-tile); a fragment of the activations is
+read with one ``ld.shared.v4`` and reused by the warp's ``tpw`` tiles. A warp whose tiles lie past N (the last
+group) reads the last valid tiles instead and stores nothing.
+
+Shared memory (dynamic; ``stages`` slots, each ``a_bytes + w_bytes``)
+--------------------------------------------------------------------
+* the A area: ``8 * m_tiles`` rows of ``KS`` activations (row ``r`` holds A row ``min(r, M - 1)``: rows past M
+  feed only output columns that are never stored), each row ``row_stride`` bytes: ``2 KS`` plus a pad that
+  puts rows ``g`` and ``g + 1`` on different banks for one quarter-warp's 16-byte reads (16 bytes when a lane's
+  k-group slice is 32 bytes, block >= 64; 64 bytes at block 32). Thread ``tid`` copies the 16-byte pieces
+  ``tid, tid + threads, ...``.
+* the weights area: ``mma_smem``'s per-thread fields (the lane's weight vectors, scale words, zero points of
+  each of its tiles), copied and read back by the same lane.
+
+Pipeline: the first ``stages - 1`` super-chunks are copied before the loop (one commit group each). Each
+iteration waits until its super-chunk has landed (``stages - 2`` newer groups may pend), synchronises the CTA
+(every thread's copies visible; every warp done with the slot computed last iteration), copies the super-chunk
+``stages - 1`` ahead into that slot, commits, and computes. One ``bar.sync`` per super-chunk.
+
+Epilogue: without split-K each warp stores its accumulators (it owns its rows' whole sums). With ``ksplit > 1``
+each warp writes its partial sums to the plan's workspace slice ``split``; the last CTA of the group to arrive
+(atomic counter) sums the slices in a fixed order (deterministic), stores, and resets the counter.
+
+K must be a multiple of the super-chunk and the block 32, 64 or 128 (``applies``); the plan takes the plain
+kernel otherwise.
+"""
+from __future__ import annotations
+
+import re
+
+from .layout import sizes, step_planes
+from .mma_smem import RING_ALIGN_PAD, SmemRing, slot_fields
+from .mma_source import _CONST, emit_head, emit_zero_points
+
+#: dynamic shared memory one CTA may use (bytes; sm_80 has 163 KiB, sm_90 227 KiB)
+SMEM_LIMIT = 160 * 1024
+
+
+def applies(K: int, block_size: int, bits: int) -> bool:
+    """Whether the shared-activation kernel can serve this K and block (module docstring)."""
+    super_k, _, _, group_steps, _, _, _ = sizes(block_size, bits)
+    return K % super_k == 0 and group_steps >= 2
+
+
+def row_stride(block_size: int, bits: int) -> int:
+    """Bytes per activation row of the A area (module docstring: the bank pad)."""
+    super_k, _, _, group_steps, _, _, _ = sizes(block_size, bits)
+    return 2 * super_k + (16 if group_steps >= 4 else 64)
+
+
+def layout(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple[int, int, int]:
+    """``(a_bytes, w_bytes, total)``: one slot's A area and weights area, and the dynamic shared memory of the
+    whole ring (with its alignment pad)."""
+    _, vectors, _, _, super_blocks, _, _ = sizes(block_size, bits)
+    a_bytes = 8 * m_tiles * row_stride(block_size, bits)
+    w_bytes = 32 * tac.warps * sum(w for _, w in slot_fields(tac.tpw, 1, vectors, super_blocks, zp_kind))
+    return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + RING_ALIGN_PAD
+
+
+def fits(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> bool:
+    """Whether the ring of ``tac`` fits ``SMEM_LIMIT``."""
+    return layout(tac, m_tiles, block_size, zp_kind, bits)[2] <= SMEM_LIMIT
+
+
+def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4) -> str:
+    """Python source of the shared-activation kernel for one specialisation (module docstring)."""
+    TPW, warps, ksplit, S = tac.tpw, tac.warps, tac.ksplit, tac.stages
+    super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = sizes(block_size, bits)
+    if group_steps < 2:
+        raise ValueError(f"gemv_mma {tac.tag}: shared activations need block >= 32, got {block_size}")
+    c = _CONST[act]
+    threads = 32 * warps
+    rows = 8 * m_tiles
+    RS = row_stride(block_size, bits)
+    a_bytes, w_bytes, total = layout(tac, m_tiles, block_size, zp_kind, bits)
+    if total > SMEM_LIMIT:
+        raise ValueError(f"gemv_mma {tac.tag}: {total} B of shared memory > {SMEM_LIMIT} B (fewer stages)")
+    slot = a_bytes + w_bytes
+    rows_cta = 16 * TPW * warps
+    L, e = emit_head()
+    e(1, "tid = np.uint32(cuda.threadIdx.x)")
+    if ksplit == 1:
+        e(1, "grp = np.int64(cuda.blockIdx.x)")
+        e(1, "split = np.int64(0)")
+    else:
+        e(1, f"grp = np.int64(cuda.blockIdx.x) // {ksplit}")
+        e(1, f"split = np.int64(cuda.blockIdx.x) % {ksplit}")
+    e(1, f"tout = (grp * {warps} + warp) * {TPW}  # the warp's first tile (stores)")
+    e(1, "n_tiles = ((N + 31) >> 5) * 2  # 16-row tiles of the packed weights (rows padded to 32)")
+    e(1, f"tile0 = tout if tout + {TPW} <= n_tiles else n_tiles - {TPW}  # its loads: valid tiles")
+    e(1, f"c0 = (split * n_super) // {ksplit}")
+    e(1, f"c1 = ((split + 1) * n_super) // {ksplit}")
+    if zp_kind == "none":
+        emit_zero_points(e, 1, bits, c, None)
+    for i in range(TPW):
+        for mt in range(m_tiles):
+            for r in range(4):
+                e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+    e(1, "sm = cuda.shared.array(0, U32T)")
+    e(1, "rbase = (smem_addr(sm) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
+    ring = SmemRing.__new__(SmemRing)  # the weights area: mma_smem's per-thread fields after the A area
+    ring.e, ring.zp_kind, ring.vectors, ring.super_blocks = e, zp_kind, vectors, super_blocks
+    ring.fields = slot_fields(TPW, 1, vectors, super_blocks, zp_kind)
+    ring.width, ring.offs, o = dict(ring.fields), {}, 0
+    for name, w in ring.fields:
+        ring.offs[name] = o
+        o += threads * w
+    for w in sorted(set(ring.width.values())):
+        e(1, f"me{w} = rbase + np.uint32({a_bytes}) + tid * np.uint32({w})")
+    # the thread's A pieces: 16 bytes each, row-major over (row, 16-byte column) of one super-chunk
+    ppr = 2 * super_k // 16
+    pieces = rows * ppr
+    per = -(-pieces // threads)
+    for j in range(per):
+        e(1, f"pc = np.int64(tid) + {j * threads}")
+        e(1, f"pr = pc // {ppr}")
+        e(1, f"asrc_{j} = (min(pr, np.int64(M) - 1) * K >> 3) + pc % {ppr}")
+        e(1, f"adst_{j} = rbase + np.uint32(pr * {RS} + (pc % {ppr}) * 16)")
+    e(1, "K8 = K >> 3")
+    # the lane's fragment base per m-tile: row g + 8 mt, its k-group slice 4 group_steps t
+    for mt in range(m_tiles):
+        e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
+
+    def copy_stage(ind, chunk, off):
+        e(ind, f"if {chunk} < c1:")
+        for j in range(per):
+            guard = (j + 1) * threads > pieces
+            jj = ind + 1
+            if guard:
+                e(jj, f"if np.int64(tid) + {j * threads} < {pieces}:")
+                jj += 1
+            e(jj, f"cp_async_16(adst_{j} + {off}, a32, asrc_{j} + ({chunk}) * {super_k // 8})")
+        e(ind + 1, f"scl = {chunk}")
+        for i in range(TPW):
+            ring.copy(ind + 1, 0, i, off)
+        e(ind, "cp_async_commit()")
+
+    for r in range(S - 1):
+        copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
+    e(1, f"loff = np.uint32({(S - 1) * slot})")
+    e(1, "coff = np.uint32(0)")
+    e(1, "cc = c0")
+    e(1, "while cc < c1:")
+    e(2, "cp_async_wait()")
+    e(2, "cuda.syncthreads()")
+    copy_stage(2, f"cc + {S - 1}", "loff")
+    for i in range(TPW):
+        ring.read(2, "q", 0, i, "coff")
+    emit_compute(e, act, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k)
+    e(2, "loff = coff")
+    e(2, f"coff = coff + np.uint32({slot}) if coff < np.uint32({(S - 1) * slot}) else np.uint32(0)")
+    e(2, "cc += 1")
+    emit_epilogue(e, TPW, m_tiles, ksplit, threads, rows_cta)
+    return "\n".join(L) + "\n"
+
+
+def _tile_names(i: int):
+    """A line filter that gives the zero-point pairs of ``emit_zero_points`` tile ``i``'s suffix."""
+    pat = re.compile(r"\b(nzo?|nho?)_(lo|hi)\b")
+    return lambda s: pat.sub(lambda m: f"{m.group(1)}_{m.group(2)}_{i}", s)
+
+
+def emit_compute(e, act, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k):
+    """One super-chunk: per quantisation block, each tile's scale pairs (and zero points); per 16-k step the
+    activation fragments of every m-tile (one ``lds_v4`` per two steps), then per tile the decoded weight
+    fragments, scaled (module docstring: numerics), and one ``mma`` per m-tile into the accumulators."""
+    mask = step_mask(bits)
+    for bb in range(super_blocks):
+        for i in range(TPW):
+            # the scales of rows g and g + 8 as pairs (both halves), from their scale words (fp16 / bf16 bits)
+            for nm, k in (("lo", bb), ("hi", super_blocks + bb)):
+                wd = f"qsc_0_{i}_{k >> 1}"
+                half = f"({wd} >> np.uint32(16))" if k & 1 else f"({wd} & np.uint32(0xFFFF))"
+                e(2, f"s2{nm}_{i} = {half} * np.uint32(0x10001)")
+            if zp_kind == "packed":
+                ren = _tile_names(i)
+                emit_zero_points(lambda ind, s, ren=ren: e(ind, ren(s)), 2, bits, c,
+                                 (f"qzp_0_{i}_0_{bb}", f"qzp_0_{i}_1_{bb}"))
+        for ss in range(block_steps):
+            s = bb * block_steps + ss
+            G, sig = divmod(s, group_steps)
+            if sig % 2 == 0:  # the lane's 16 bytes of k-group G for two steps, every m-tile
+                off = 2 * (G * group_k) + 16 * (sig // 2)
+                for mt in range(m_tiles):
+                    e(2, f"bv = lds_v4(abase_{mt} + coff + np.uint32({off}))")
+                    for x in range(4):
+                        e(2, f"b_{mt}_{x} = bv[{x}]")
+            x0 = 2 * (sig % 2)
+            for j, wi, sh, plane in step_planes(bits, s):
+                for i in range(TPW):
+                    sfx = "" if zp_kind == "none" else f"_{i}"
+                    e(2, f"wd = q_0_{i}_{j}[{wi}]")
+                    for r in range(4):
+                        row = "lo" if r % 2 == 0 else "hi"
+                        if c["ODD"] and r % 2:  # in place: 16 * q (mma_source._CONST)
+                            shift, msk = 4 * (r - 1) + sh, mask << 4
+                            one, nz = (c["ONE"], "nho_") if plane else (c["SIXTEENTH"], "nzo_")
+                        else:
+                            shift, msk = 4 * r + sh, mask
+                            one, nz = (c["ONE16"], "nh_") if plane else (c["ONE"], "nz_")
+                        src = f"np.uint32(wd >> np.uint32({shift}))" if shift else "wd"
+                        e(2, f"f{r} = fma2(fma2(lop3({src}, np.uint32(0x{msk:08X}), np.uint32(0x{c['MAGIC']:08X})), "
+                             f"np.uint32(0x{one:08X}), {nz}{row}{sfx}), s2{row}_{i}, np.uint32(0))")
+                    for mt in range(m_tiles):
+                        e(2, f"acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, acc_{i}_{mt}_3 = mma(f0, f1, f2, f3, "
+                             f"b_{mt}_{x0}, b_{mt}_{x0 + 1}, acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, "
+                             f"acc_{i}_{mt}_3)")
+
+
+def step_mask(bits: int) -> int:
+    from .layout import MMA_LAYOUTS
+
+    return MMA_LAYOUTS[bits].decode_mask
+
+
+def emit_epilogue(e, TPW, m_tiles, ksplit, threads, rows_cta) -> None:
+    """Stores (no split-K), or workspace slices and the last CTA's fixed-order sum (module docstring)."""
+    dst = "st(out, np.int64(m) * N + n, {})" if ksplit == 1 else "ws[(split * M + m) * N + n] = {}"
+    for i in range(TPW):
+        for mt in range(m_tiles):
+            for r in range(4):
+                e(1, f"n = (tout + {i}) * 16 + g + {8 * (r >> 1)}")
+                e(1, f"m = {mt * 8 + (r & 1)} + 2 * t")
+                e(1, "if m < M and n < N:")
+                e(2, dst.format(f"acc_{i}_{mt}_{r}"))
+    if ksplit == 1:
+        return
+    e(1, "threadfence()")
+    e(1, "cuda.syncthreads()")
+    e(1, "flag = cuda.shared.array(1, np.int32)")
+    e(1, "if cuda.threadIdx.x == 0:")
+    e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
+    e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
+    e(1, "cuda.syncthreads()")
+    e(1, "if flag[0] == 1:")
+    e(2, "threadfence()")
+    e(2, f"for ent in range(cuda.threadIdx.x, {rows_cta} * M, {threads}):")
+    e(3, f"m = ent // {rows_cta}")
+    e(3, f"n = grp * {rows_cta} + ent % {rows_cta}")
+    e(3, "if n < N:")
+    e(4, "tot = np.float32(0)")
+    for sp in range(ksplit):
+        e(4, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
+    e(4, "st(out, np.int64(m) * N + n, tot)")
+    e(2, "if cuda.threadIdx.x == 0:")
+    e(3, "cnt[grp] = np.int32(0)")
