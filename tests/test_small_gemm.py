@@ -2,10 +2,12 @@
 against the float64 oracle through default calls, its unaligned-A fallback, its switch, and its tactics."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIMULATED
+from conftest import SIMULATED, requires_gpu
 
 import numba_nbits as nb
 from numba_nbits.kernels.gemv import tactics
@@ -126,7 +128,7 @@ def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag,
     tac = tactics.Tactic.parse(tag)
     assert tac.xa and tac.tag == tag
     plan = GemvMmaPlan(op.weights, M, tac)
-    assert plan.grid == -(-(-(-N // (16 * tac.tpw))) // tac.warps) * tac.ksplit
+    assert plan.grid == math.ceil(math.ceil(N / (16 * tac.tpw)) / tac.warps) * tac.ksplit
     assert plan.kernel.endswith("_kf") and f"_{tag}_" in plan.kernel
     out = to_device(np.full((M, N), np.nan, DT[dtype]), SIMULATED)
     for _ in range(2):  # twice: the split-K counters reset themselves
@@ -137,6 +139,20 @@ def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag,
         assert relative_error(y, ref) <= TOL[dtype]
 
 
+@requires_gpu
+@pytest.mark.parametrize("N, K, M, dtype, bias", [(12288, 1024, 32, "float16", True), (8192, 2048, 25, "bfloat16", False)])
+def test_default_call_takes_shared_activations_on_wide_weights(rng, N, K, M, dtype, bias):
+    """A default call past M = 24 on >= 8192 rows of 4-bit weights runs the shared-activation kernel
+    (``tactics.gemm_tactic``), bias added after it, within tolerance of the oracle."""
+    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=bias)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
+    assert op.route(M) == "fused_gemm"
+    Y = np.asarray(op(A)).astype(np.float64)
+    assert op._entries[M].plan.tactic.xa
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
+    assert relative_error(Y, ref) <= TOL[dtype]
+
+
 def test_shared_activation_tactics_are_checked(rng):
     from numba_nbits.kernels.gemv.mma import build
     from numba_nbits.kernels.gemv.mma_xa import applies
@@ -145,7 +161,7 @@ def test_shared_activation_tactics_are_checked(rng):
         with pytest.raises(ValueError):
             tactics.Tactic.parse(bad)
     assert applies(8192, 128, 4) and not applies(8200, 128, 4) and not applies(8192, 16, 4)
-    A, B, s, _, _ = _inputs(rng, bits=4, block=32, N=32, K=200, M=20, dtype="float16", zp=False, bias=False)
+    _, B, s, _, _ = _inputs(rng, bits=4, block=32, N=32, K=200, M=20, dtype="float16", zp=False, bias=False)
     op = nb.MatMulNBits(B, s, K=200, N=32, bits=4, block_size=32)
     with pytest.raises(ValueError, match="multiple of the super-chunk"):
         build(op.weights, op.problem(20), tactic=tactics.Tactic.parse("t1w2u1x"))

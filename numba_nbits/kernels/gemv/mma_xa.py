@@ -90,7 +90,7 @@ def fits(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> bool:
 def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4) -> str:
     """Python source of the shared-activation kernel for one specialisation (module docstring)."""
     TPW, warps, ksplit, S = tac.tpw, tac.warps, tac.ksplit, tac.stages
-    super_k, vectors, group_k, group_steps, super_blocks, block_steps, super_groups = sizes(block_size, bits)
+    super_k, vectors, group_k, group_steps, super_blocks, block_steps, _ = sizes(block_size, bits)
     if group_steps < 2:
         raise ValueError(f"gemv_mma {tac.tag}: shared activations need block >= 32, got {block_size}")
     c = _CONST[act]
