@@ -61,6 +61,14 @@ def smem_bytes(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> t
     return tac.stages * slot + RING_ALIGN_PAD, tac.warps * tac.tpw * m_tiles * 4 * 32 * 4
 
 
+def check_static(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> None:
+    """Raise when the plain kernel's ring and reduction buffer exceed ``STATIC_SMEM_LIMIT``."""
+    ring_b, red_b = smem_bytes(tac, m_tiles, block_size, zp_kind, bits)
+    if ring_b + red_b > STATIC_SMEM_LIMIT:
+        raise ValueError(f"gemv_mma {tac.tag}: shared-memory ring {ring_b} B + reduction {red_b} B > "
+                         f"{STATIC_SMEM_LIMIT} B (fewer stages, warps, tiles or super-chunks per stage)")
+
+
 def fitted(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int):
     """``tac`` when its shared memory fits this specialisation, else the same tactic with the deepest ring
     that fits (at least 2 slots), else the register pipeline of 2 stages (a tuned tactic was measured without
@@ -77,10 +85,7 @@ class SmemRing:
     """Emits the shared-memory ring of one specialisation into a kernel's source (``e``: the line emitter)."""
 
     def __init__(self, e, tac, m_tiles: int, block_size: int, zp_kind: str, bits: int):
-        ring_b, red_b = smem_bytes(tac, m_tiles, block_size, zp_kind, bits)
-        if ring_b + red_b > STATIC_SMEM_LIMIT:
-            raise ValueError(f"gemv_mma {tac.tag}: shared-memory ring {ring_b} B + reduction {red_b} B > "
-                             f"{STATIC_SMEM_LIMIT} B (fewer stages, warps, tiles or super-chunks per stage)")
+        ring_b, _ = smem_bytes(tac, m_tiles, block_size, zp_kind, bits)
         _, self.vectors, _, _, self.super_blocks, _, _ = sizes(block_size, bits)
         self.e, self.zp_kind = e, zp_kind
         self.offs, o = {}, 0
@@ -99,8 +104,13 @@ class SmemRing:
         e(ind, f"ring = cuda.shared.array({self.ring_bytes // 4}, np.uint32)")
         e(ind, "rbase = (smem_addr(ring) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
         e(ind, "tid = np.uint32(cuda.threadIdx.x)")
+        self.bases(ind, "rbase")
+
+    def bases(self, ind: int, base: str) -> None:
+        """The thread's address per field width (``me{w}``) in slot 0 of a ring whose slots' fields start at the
+        shared address ``base`` (an expression; ``tid`` defined)."""
         for w in sorted(set(self.width.values())):
-            e(ind, f"me{w} = rbase + tid * np.uint32({w})")
+            self.e(ind, f"me{w} = {base} + tid * np.uint32({w})")
 
     def _addr(self, name: str, off: str) -> str:
         return f"me{self.width[name]} + {off} + np.uint32({self.offs[name]})"

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from ...formats import FORMATS
 from .layout import MMA_LAYOUTS, sizes, step_planes
-from .mma_smem import SmemRing
+from .mma_smem import SmemRing, check_static
 
 # fp16 / bf16 bit constants: magic base (0x6400 = 1024.0, 0x4300 = 128.0), 1.0 pair, -(base) high byte;
 # for the high plane of 8-bit codes: 16.0 pair and -(16 * base) high byte (fp16 -16384 = 0xF400,
@@ -125,16 +125,7 @@ def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: i
         for j, wi, sh, plane in step_planes(bits, s):
             e(ind, f"wd = {word(j)}[{wi}]")
             for r in range(4):
-                row = "lo" if r % 2 == 0 else "hi"
-                if c["ODD"] and r % 2:  # in place: 16 * q, one shift fewer (see _CONST)
-                    shift, msk = 4 * (r - 1) + sh, mask << 4
-                    one, nz = (c["ONE"], "nho_") if plane else (c["SIXTEENTH"], "nzo_")
-                else:
-                    shift, msk = 4 * r + sh, mask
-                    one, nz = (c["ONE16"], "nh_") if plane else (c["ONE"], "nz_")
-                src = f"np.uint32(wd >> np.uint32({shift}))" if shift else "wd"
-                e(ind, f"f{r} = fma2(lop3({src}, np.uint32(0x{msk:08X}), np.uint32(0x{c['MAGIC']:08X})), "
-                       f"np.uint32(0x{one:08X}), {nz}{row})")
+                e(ind, f"f{r} = {decode_expr(c, mask, r, sh, plane)}")
             for mt in range(m_tiles):
                 e(ind, f"p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3 = mma(f0, f1, f2, f3, "
                        f"b_{mt}_{G}_{2 * sig}, b_{mt}_{G}_{2 * sig + 1}, p_{mt}_0, p_{mt}_1, p_{mt}_2, p_{mt}_3)")
@@ -143,6 +134,50 @@ def emit_block_mma(e, ind: int, *, i: int, bb: int, m_tiles: int, block_steps: i
         e(ind, f"acc_{i}_{mt}_1 += s_lo * p_{mt}_1")
         e(ind, f"acc_{i}_{mt}_2 += s_hi * p_{mt}_2")
         e(ind, f"acc_{i}_{mt}_3 += s_hi * p_{mt}_3")
+
+
+def decode_expr(c: dict, mask: int, r: int, sh: int, plane: int, zp_suffix: str = "") -> str:
+    """The exact ``q - zp`` pair of fragment register ``r`` of the weight word ``wd`` (``sh``: the step's extra
+    shift, ``plane`` 1: the x16 high plane of 8-bit codes): one ``lop3`` and one ``fma2`` (module docstring);
+    ``zp_suffix`` ends the negated zero-point names (``emit_zero_points``)."""
+    row = "lo" if r % 2 == 0 else "hi"
+    if c["ODD"] and r % 2:  # in place: 16 * q, one shift fewer (see _CONST)
+        shift, msk = 4 * (r - 1) + sh, mask << 4
+        one, nz = (c["ONE"], "nho_") if plane else (c["SIXTEENTH"], "nzo_")
+    else:
+        shift, msk = 4 * r + sh, mask
+        one, nz = (c["ONE16"], "nh_") if plane else (c["ONE"], "nz_")
+    src = f"np.uint32(wd >> np.uint32({shift}))" if shift else "wd"
+    return (f"fma2(lop3({src}, np.uint32(0x{msk:08X}), np.uint32(0x{c['MAGIC']:08X})), np.uint32(0x{one:08X}), "
+            f"{nz}{row}{zp_suffix})")
+
+
+def emit_split_k_arrival(e, ksplit: int) -> None:
+    """After a CTA wrote its split's partial sums to the workspace: count it in ``cnt[grp]``; the body the caller
+    emits under ``if flag[0] == 1:`` (indent 2) runs in the last CTA of the group to arrive."""
+    e(1, "threadfence()")
+    e(1, "cuda.syncthreads()")
+    e(1, "flag = cuda.shared.array(1, np.int32)")
+    e(1, "if cuda.threadIdx.x == 0:")
+    e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
+    e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
+    e(1, "cuda.syncthreads()")
+    e(1, "if flag[0] == 1:")
+    e(2, "threadfence()")
+
+
+def emit_split_k_sum(e, ind: int, ksplit: int) -> None:
+    """Output ``(m, n)`` as the sum of the ``ksplit`` workspace slices in a fixed order (deterministic)."""
+    e(ind, "tot = np.float32(0)")
+    for sp in range(ksplit):
+        e(ind, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
+    e(ind, "st(out, np.int64(m) * N + n, tot)")
+
+
+def emit_counter_reset(e) -> None:
+    """The last CTA resets its group's counter for the next launch (stream order makes that safe)."""
+    e(2, "if cuda.threadIdx.x == 0:")
+    e(3, "cnt[grp] = np.int32(0)")
 
 
 def emit_head():
@@ -309,6 +344,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
     emit_setup(e, bits, c, zp_kind, TPW, m_tiles, group_steps, kfull)
     ring = None
     if tac.smem:  # stages in a shared-memory ring filled by cp.async (``mma_smem``)
+        check_static(tac, m_tiles, block_size, zp_kind, bits)
         ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)
         ring.setup(1)
 
@@ -435,29 +471,16 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     entries(1, reduce_store)
     if ksplit > 1:
-        # last CTA of the group to arrive sums the ksplit slices in a fixed order (deterministic) and stores;
-        # it resets the group's counter for the next launch (stream order makes that safe)
-        e(1, "threadfence()")
-        e(1, "cuda.syncthreads()")
-        e(1, "flag = cuda.shared.array(1, np.int32)")
-        e(1, "if cuda.threadIdx.x == 0:")
-        e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
-        e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
-        e(1, "cuda.syncthreads()")
-        e(1, "if flag[0] == 1:")
-        e(2, "threadfence()")
+        # last CTA of the group to arrive sums the ksplit slices and stores
+        emit_split_k_arrival(e, ksplit)
 
         def final(ind):
             emit_position(e, ind, m_tiles)
             e(ind, "if m < M and n < N:")
-            e(ind + 1, "tot = np.float32(0)")
-            for sp in range(ksplit):
-                e(ind + 1, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
-            e(ind + 1, "st(out, np.int64(m) * N + n, tot)")
+            emit_split_k_sum(e, ind + 1, ksplit)
 
         entries(2, final)
-        e(2, "if cuda.threadIdx.x == 0:")
-        e(3, "cnt[grp] = np.int32(0)")
+        emit_counter_reset(e)
     return "\n".join(L) + "\n"
 
 

@@ -53,9 +53,17 @@ from __future__ import annotations
 
 import re
 
-from .layout import sizes, step_planes
+from .layout import MMA_LAYOUTS, sizes, step_planes
 from .mma_smem import RING_ALIGN_PAD, SmemRing, slot_fields
-from .mma_source import _CONST, emit_head, emit_zero_points
+from .mma_source import (
+    _CONST,
+    decode_expr,
+    emit_counter_reset,
+    emit_head,
+    emit_split_k_arrival,
+    emit_split_k_sum,
+    emit_zero_points,
+)
 
 #: dynamic shared memory one CTA may use (bytes; sm_80 has 163 KiB, sm_90 227 KiB)
 SMEM_LIMIT = 160 * 1024
@@ -82,15 +90,10 @@ def layout(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple
     return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + RING_ALIGN_PAD
 
 
-def fits(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> bool:
-    """Whether the ring of ``tac`` fits ``SMEM_LIMIT``."""
-    return layout(tac, m_tiles, block_size, zp_kind, bits)[2] <= SMEM_LIMIT
-
-
 def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4) -> str:
     """Python source of the shared-activation kernel for one specialisation (module docstring)."""
     TPW, warps, ksplit, S = tac.tpw, tac.warps, tac.ksplit, tac.stages
-    super_k, vectors, group_k, group_steps, super_blocks, block_steps, _ = sizes(block_size, bits)
+    super_k, _, group_k, group_steps, super_blocks, block_steps, _ = sizes(block_size, bits)
     if group_steps < 2:
         raise ValueError(f"gemv_mma {tac.tag}: shared activations need block >= 32, got {block_size}")
     c = _CONST[act]
@@ -123,15 +126,8 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
                 e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
     e(1, "sm = cuda.shared.array(0, U32T)")
     e(1, "rbase = (smem_addr(sm) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
-    ring = SmemRing.__new__(SmemRing)  # the weights area: mma_smem's per-thread fields after the A area
-    ring.e, ring.zp_kind, ring.vectors, ring.super_blocks = e, zp_kind, vectors, super_blocks
-    ring.fields = slot_fields(TPW, 1, vectors, super_blocks, zp_kind)
-    ring.width, ring.offs, o = dict(ring.fields), {}, 0
-    for name, w in ring.fields:
-        ring.offs[name] = o
-        o += threads * w
-    for w in sorted(set(ring.width.values())):
-        e(1, f"me{w} = rbase + np.uint32({a_bytes}) + tid * np.uint32({w})")
+    ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)  # the weights area: mma_smem's fields
+    ring.bases(1, f"rbase + np.uint32({a_bytes})")
     # the thread's A pieces: 16 bytes each, row-major over (row, 16-byte column) of one super-chunk
     ppr = 2 * super_k // 16
     pieces = rows * ppr
@@ -141,7 +137,6 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         e(1, f"pr = pc // {ppr}")
         e(1, f"asrc_{j} = (min(pr, np.int64(M) - 1) * K >> 3) + pc % {ppr}")
         e(1, f"adst_{j} = rbase + np.uint32(pr * {RS} + (pc % {ppr}) * 16)")
-    e(1, "K8 = K >> 3")
     # the lane's fragment base per m-tile: row g + 8 mt, its k-group slice 4 group_steps t
     for mt in range(m_tiles):
         e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
@@ -171,7 +166,7 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     copy_stage(2, f"cc + {S - 1}", "loff")
     for i in range(TPW):
         ring.read(2, "q", 0, i, "coff")
-    emit_compute(e, act, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k)
+    emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k)
     e(2, "loff = coff")
     e(2, f"coff = coff + np.uint32({slot}) if coff < np.uint32({(S - 1) * slot}) else np.uint32(0)")
     e(2, "cc += 1")
@@ -185,11 +180,11 @@ def _tile_names(i: int):
     return lambda s: pat.sub(lambda m: f"{m.group(1)}_{m.group(2)}_{i}", s)
 
 
-def emit_compute(e, act, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k):
+def emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k):
     """One super-chunk: per quantisation block, each tile's scale pairs (and zero points); per 16-k step the
     activation fragments of every m-tile (one ``lds_v4`` per two steps), then per tile the decoded weight
     fragments, scaled (module docstring: numerics), and one ``mma`` per m-tile into the accumulators."""
-    mask = step_mask(bits)
+    mask = MMA_LAYOUTS[bits].decode_mask
     for bb in range(super_blocks):
         for i in range(TPW):
             # the scales of rows g and g + 8 as pairs (both halves), from their scale words (fp16 / bf16 bits)
@@ -217,25 +212,11 @@ def emit_compute(e, act, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_ste
                     e(2, f"wd = q_0_{i}_{j}[{wi}]")
                     for r in range(4):
                         row = "lo" if r % 2 == 0 else "hi"
-                        if c["ODD"] and r % 2:  # in place: 16 * q (mma_source._CONST)
-                            shift, msk = 4 * (r - 1) + sh, mask << 4
-                            one, nz = (c["ONE"], "nho_") if plane else (c["SIXTEENTH"], "nzo_")
-                        else:
-                            shift, msk = 4 * r + sh, mask
-                            one, nz = (c["ONE16"], "nh_") if plane else (c["ONE"], "nz_")
-                        src = f"np.uint32(wd >> np.uint32({shift}))" if shift else "wd"
-                        e(2, f"f{r} = fma2(fma2(lop3({src}, np.uint32(0x{msk:08X}), np.uint32(0x{c['MAGIC']:08X})), "
-                             f"np.uint32(0x{one:08X}), {nz}{row}{sfx}), s2{row}_{i}, np.uint32(0))")
+                        e(2, f"f{r} = fma2({decode_expr(c, mask, r, sh, plane, sfx)}, s2{row}_{i}, np.uint32(0))")
                     for mt in range(m_tiles):
                         e(2, f"acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, acc_{i}_{mt}_3 = mma(f0, f1, f2, f3, "
                              f"b_{mt}_{x0}, b_{mt}_{x0 + 1}, acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, "
                              f"acc_{i}_{mt}_3)")
-
-
-def step_mask(bits: int) -> int:
-    from .layout import MMA_LAYOUTS
-
-    return MMA_LAYOUTS[bits].decode_mask
 
 
 def emit_epilogue(e, TPW, m_tiles, ksplit, threads, rows_cta) -> None:
@@ -250,22 +231,10 @@ def emit_epilogue(e, TPW, m_tiles, ksplit, threads, rows_cta) -> None:
                 e(2, dst.format(f"acc_{i}_{mt}_{r}"))
     if ksplit == 1:
         return
-    e(1, "threadfence()")
-    e(1, "cuda.syncthreads()")
-    e(1, "flag = cuda.shared.array(1, np.int32)")
-    e(1, "if cuda.threadIdx.x == 0:")
-    e(2, "old = cuda.atomic.add(cnt, grp, np.int32(1))")
-    e(2, f"flag[0] = np.int32(1) if old == {ksplit - 1} else np.int32(0)")
-    e(1, "cuda.syncthreads()")
-    e(1, "if flag[0] == 1:")
-    e(2, "threadfence()")
+    emit_split_k_arrival(e, ksplit)
     e(2, f"for ent in range(cuda.threadIdx.x, {rows_cta} * M, {threads}):")
     e(3, f"m = ent // {rows_cta}")
     e(3, f"n = grp * {rows_cta} + ent % {rows_cta}")
     e(3, "if n < N:")
-    e(4, "tot = np.float32(0)")
-    for sp in range(ksplit):
-        e(4, f"tot += ldcg(ws, ({sp} * M + m) * N + n)")
-    e(4, "st(out, np.int64(m) * N + n, tot)")
-    e(2, "if cuda.threadIdx.x == 0:")
-    e(3, "cnt[grp] = np.int32(0)")
+    emit_split_k_sum(e, 4, ksplit)
+    emit_counter_reset(e)
