@@ -19,7 +19,7 @@ It is placed after the GEMV routes, so it serves what they leave: M = 17..64, an
 
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
 28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``):
-1.66x at M = 17, 1.54x at 32, 1.17x at 48, 0.96x at 64; 2.0-4.8x faster than dequantize + cuBLAS. The plain
+1.66x at M = 17, 1.54x at 32, 1.17x at 48, 0.96x at 64; 1.8-4.8x faster than dequantize + cuBLAS. The plain
 kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
 bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
 (ncu in the same results).
