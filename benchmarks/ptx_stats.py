@@ -244,6 +244,8 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) 
     if exe is None:
         return {"error": "no ptxas"}
     cap = ["-maxrregcount", str(max_registers)] if max_registers else []
+    # numba-cuda's PTX for a cc-9.0 device on a GPU targets sm_90a (wgmma needs it); compile_ptx here says sm_90
+    ptx = re.sub(r"^\.target sm_90\s*$", ".target sm_90a", ptx, flags=re.M)
     with tempfile.TemporaryDirectory() as d:
         fn = os.path.join(d, "k.ptx")
         r = None

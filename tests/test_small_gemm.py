@@ -11,6 +11,7 @@ from conftest import SIMULATED, requires_gpu
 
 import numba_nbits as nb
 from numba_nbits.kernels.gemv import tactics
+from numba_nbits.launch.driver import _current_cc
 from numba_nbits.reference import matmul_nbits_ref, relative_error
 
 DT = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -110,17 +111,55 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     assert tactics.default_tactic(N, K, block, M, bits).tag == tag
 
 
+@pytest.mark.parametrize("N, K, block, bits, M, tag", [
+    (28672, 8192, 128, 4, 64, "t2w8u1s3xh"), (24576, 4096, 128, 4, 49, "t2w8u1s3xh"),
+    (128256, 4096, 128, 4, 64, "t2w8u1s3b2xh"),  # LM heads: launch bounds for two CTAs per SM
+    (8192, 28672, 128, 4, 64, "t2w8u1k4s3xh"),  # few rows: K split 4 ways
+    (28672, 8192, 128, 4, 48, "t2w4u1s4x"),  # 6 m-tiles: the mma.sync kernel
+    (14336, 4096, 128, 4, 64, "t2w4u1s4x"),  # 14336 rows: the mma.sync kernel
+    (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
+    (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
+    (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
+])
+def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block, bits, M, tag):
+    """With ``wg_ok`` (an sm_90 GPU under numba-cuda) the 8-m-tile rule takes ``wgmma`` on wide weights."""
+    assert tactics.default_tactic(N, K, block, M, bits, wg_ok=True).tag == tag
+    assert not tactics.default_tactic(N, K, block, M, bits).wg  # elsewhere never
+
+
+@requires_gpu
+def test_default_call_takes_warpgroup_mmas_on_hopper(rng):
+    """On an sm_90 GPU under numba-cuda a default call at M = 64 on 24576 rows runs the ``wgmma`` kernel, within
+    tolerance of the oracle."""
+    if not tactics.wgmma_ok(False):
+        pytest.skip("needs an sm_90 GPU and numba-cuda")
+    N, K, M = 24576, 1024, 60
+    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype="float16", zp=False, bias=True)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
+    Y = np.asarray(op(A)).astype(np.float64)
+    assert op._entries[M].plan.tactic.tag == "t2w8u1s3xh"
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
+    assert relative_error(Y, ref) <= TOL["float16"]
+
+
 @pytest.mark.parametrize("bits, block, N, K, M, tag, zp, dtype", [
     (4, 128, 48, 256, 20, "t1w2u1s3x", False, "float16"),  # 2 CTAs, the second's second warp past N
     (4, 32, 40, 256, 33, "t2w2u1k2x", True, "bfloat16"),  # split-K over 2 CTAs, packed zero points
     (8, 64, 24, 256, 64, "t1w2u1k2s4x", True, "float16"),  # two-plane codes
     (2, 128, 32, 256, 17, "t1w2u1x", False, "float16"),
+    # Hopper's warpgroup MMAs (``wg``): a second CTA with three warps past N, m-tiles 3 / 4 / 8
+    (4, 128, 80, 256, 24, "t1w4u1s3xh", False, "float16"),
+    (4, 32, 64, 256, 30, "t2w4u1k2xh", True, "bfloat16"),  # two tiles per warp, split-K, zero points
+    (8, 64, 64, 256, 64, "t1w4u1s4xh", False, "float16"),  # two-plane codes: two wgmma per step
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
-    """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring."""
+    """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with
+    ``wg`` the warpgroups' ``wgmma`` reads it (sm_90 GPUs and the simulator)."""
     from numba_nbits.arrays import to_device, to_host
     from numba_nbits.kernels.gemv.mma import GemvMmaPlan
 
+    if tag.endswith("h") and not SIMULATED and _current_cc() != (9, 0):
+        pytest.skip("wgmma needs an sm_90 GPU")
     if not SIMULATED:
         N, K = 8 * N, 16 * K
     A, B, s, z, _ = _inputs(rng, bits=bits, block=block, N=N, K=K, M=M, dtype=dtype, zp=zp, bias=False)

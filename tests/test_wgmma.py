@@ -155,7 +155,7 @@ def test_descriptor_fields():
     with pytest.raises(ValueError, match="lbo=8 must be a non-negative multiple of 16"):
         W.smem_desc(arr, 0, 8, 256)
     with pytest.raises(ValueError, match="n must be one of"):
-        W.wgmma(24, False)
+        W.wgmma(72, False)
 
 
 _ASSEMBLE = r'''

@@ -33,7 +33,7 @@ from .mma_xa import applies as xa_applies
 from .mma_xa import gen_source_xa
 from .mma_xa import layout as xa_layout
 from .repack import prepack
-from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports
+from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
@@ -74,6 +74,11 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     if tac.smem or tac.xa:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})
         ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - (2 if tac.xa else 1))
+    if tac.wg:
+        from .. import intrinsics_sm90 as _W
+
+        ns.update(wgmma=_W.wgmma(8 * MT, act == "bfloat16", sync=False), wgmma_wait=_W.wgmma_wait_for(4 * MT),
+                  smem_desc=_W.smem_desc, fence_proxy_async=_W.fence_proxy_async)
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_kf" if kfull else "") + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name
@@ -108,6 +113,8 @@ class GemvMmaPlan(Plan):
         self.dtype = weights.dtype
         self.tactic = tactic
         self.l2pf = l2pf
+        if tactic.wg and M * self.K // 2 >= 2 ** 32:  # its A word offsets are 32-bit (``mma_xa``)
+            raise ValueError(f"gemv_mma {tactic.tag}: M * K / 2 = {M * self.K // 2} A words must be < 2**32")
         pk = packed if packed is not None else prepack(weights)  # ``packed``: another copy (benchmarks)
         self.packed = pk
         k = gemv_mma_kernel(weights.dtype, m_tiles(M), tactic, weights.block_size, weights.zp_kind, weights.bits, l2pf,
@@ -197,7 +204,8 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
         raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
     tac = tactic
     if tac is None:
-        tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits)
+        tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits,
+                             wgmma_ok(weights.simulated))
         if tac.smem:  # a tuned shared-memory ring, fitted to this specialisation's shared memory
             tac = fitted(tac, m_tiles(problem.M), weights.block_size, weights.zp_kind, weights.bits)
     if tac.xa and not xa_applies(weights.K, weights.block_size, weights.bits):

@@ -54,6 +54,7 @@ from __future__ import annotations
 import re
 
 from .layout import MMA_LAYOUTS, sizes, step_planes
+from ..intrinsics_sm90 import WGMMA_N
 from .mma_smem import RING_ALIGN_PAD, SmemRing, slot_fields
 from .mma_source import (
     _CONST,
@@ -84,8 +85,8 @@ def row_stride(block_size: int, bits: int) -> int:
 def layout(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple[int, int, int]:
     """``(a_bytes, w_bytes, total)``: one slot's A area and weights area, and the dynamic shared memory of the
     whole ring (with its alignment pad)."""
-    _, vectors, _, _, super_blocks, _, _ = sizes(block_size, bits)
-    a_bytes = 8 * m_tiles * row_stride(block_size, bits)
+    super_k, vectors, _, _, super_blocks, _, _ = sizes(block_size, bits)
+    a_bytes = 8 * m_tiles * (2 * super_k if tac.wg else row_stride(block_size, bits))
     w_bytes = 32 * tac.warps * sum(w for _, w in slot_fields(tac.tpw, 1, vectors, super_blocks, zp_kind))
     return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + RING_ALIGN_PAD
 
@@ -105,6 +106,9 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         raise ValueError(f"gemv_mma {tac.tag}: {total} B of shared memory > {SMEM_LIMIT} B (fewer stages)")
     slot = a_bytes + w_bytes
     rows_cta = 16 * TPW * warps
+    WG = tac.wg
+    if WG and 8 * m_tiles not in WGMMA_N:
+        raise ValueError(f"gemv_mma {tac.tag}: wgmma has no n = {8 * m_tiles} ({WGMMA_N})")
     L, e = emit_head()
     e(1, "tid = np.uint32(cuda.threadIdx.x)")
     if ksplit == 1:
@@ -120,26 +124,49 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     e(1, f"c1 = ((split + 1) * n_super) // {ksplit}")
     if zp_kind == "none":
         emit_zero_points(e, 1, bits, c, None)
-    for i in range(TPW):
-        for mt in range(m_tiles):
-            for r in range(4):
-                e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
+    if WG:  # one tuple of 4 m_tiles fp32 accumulators per tile (wgmma's fragment order)
+        # tuple displays of more than 30 items compile to list appends, which numba's bytecode pass rejects
+        parts = [min(16, 4 * m_tiles - k) for k in range(0, 4 * m_tiles, 16)]
+        init = " + ".join("(" + ", ".join(["np.float32(0)"] * p) + ",)" for p in parts)
+        for i in range(TPW):
+            e(1, f"acc_{i} = {init}")
+    else:
+        for i in range(TPW):
+            for mt in range(m_tiles):
+                for r in range(4):
+                    e(1, f"acc_{i}_{mt}_{r} = np.float32(0)")
     e(1, "sm = cuda.shared.array(0, U32T)")
     e(1, "rbase = (smem_addr(sm) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
     ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)  # the weights area: mma_smem's fields
     ring.bases(1, f"rbase + np.uint32({a_bytes})")
-    # the thread's A pieces: 16 bytes each, row-major over (row, 16-byte column) of one super-chunk
-    ppr = 2 * super_k // 16
-    pieces = rows * ppr
-    per = -(-pieces // threads)
-    for j in range(per):
-        e(1, f"pc = np.int64(tid) + {j * threads}")
-        e(1, f"pr = pc // {ppr}")
-        e(1, f"asrc_{j} = (min(pr, np.int64(M) - 1) * K >> 3) + pc % {ppr}")
-        e(1, f"adst_{j} = rbase + np.uint32(pr * {RS} + (pc % {ppr}) * 16)")
-    # the lane's fragment base per m-tile: row g + 8 mt, its k-group slice 4 group_steps t
-    for mt in range(m_tiles):
-        e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
+    if WG:
+        # the thread's A words (module docstring: wgmma's core-matrix layout): word d of a slot's A area is
+        # (step s, row block rb, k block kb, row r8, word tt), tt fastest, so destinations are consecutive
+        pieces = rows * super_k // 2
+        per = -(-pieces // threads)
+        for j in range(per):
+            e(1, f"d = np.int64(tid) + {j * threads}")
+            e(1, f"q = d >> 6")
+            e(1, f"s = q // {m_tiles}")
+            e(1, f"kp = (s // {group_steps}) * {group_k} + (d & 3) * {4 * group_steps} + (s % {group_steps}) * 4 + "
+                 "((d >> 5) & 1) * 2")
+            e(1, f"asrc_{j} = np.uint32(min((q % {m_tiles}) * 8 + ((d >> 2) & 7), np.int64(M) - 1) * (K >> 1) + "
+                 "(kp >> 1))")
+        e(1, "adst = rbase + tid * np.uint32(4)")
+        e(1, "desc0 = smem_desc(sm, rbase - smem_addr(sm), 128, 256)")
+    else:
+        # the thread's A pieces: 16 bytes each, row-major over (row, 16-byte column) of one super-chunk
+        ppr = 2 * super_k // 16
+        pieces = rows * ppr
+        per = -(-pieces // threads)
+        for j in range(per):
+            e(1, f"pc = np.int64(tid) + {j * threads}")
+            e(1, f"pr = pc // {ppr}")
+            e(1, f"asrc_{j} = (min(pr, np.int64(M) - 1) * K >> 3) + pc % {ppr}")
+            e(1, f"adst_{j} = rbase + np.uint32(pr * {RS} + (pc % {ppr}) * 16)")
+        # the lane's fragment base per m-tile: row g + 8 mt, its k-group slice 4 group_steps t
+        for mt in range(m_tiles):
+            e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
 
     def copy_stage(ind, chunk, off):
         e(ind, f"if {chunk} < c1:")
@@ -149,7 +176,11 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             if guard:
                 e(jj, f"if np.int64(tid) + {j * threads} < {pieces}:")
                 jj += 1
-            e(jj, f"cp_async_16(adst_{j} + {off}, a32, asrc_{j} + ({chunk}) * {super_k // 8})")
+            if WG:
+                e(jj, f"cp_async_4(adst + {off} + np.uint32({4 * j * threads}), a32, asrc_{j} + "
+                      f"np.uint32({chunk}) * np.uint32({super_k // 2}))")
+            else:
+                e(jj, f"cp_async_16(adst_{j} + {off}, a32, asrc_{j} + ({chunk}) * {super_k // 8})")
         e(ind + 1, f"scl = {chunk}")
         for i in range(TPW):
             ring.copy(ind + 1, 0, i, off)
@@ -162,14 +193,24 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     e(1, "cc = c0")
     e(1, "while cc < c1:")
     e(2, "cp_async_wait()")
+    if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
+        e(2, "fence_proxy_async()")
     e(2, "cuda.syncthreads()")
     copy_stage(2, f"cc + {S - 1}", "loff")
     for i in range(TPW):
         ring.read(2, "q", 0, i, "coff")
-    emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k)
+    emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k, WG)
+    if WG:  # this slot's MMAs done before the next iteration's barrier lets its copies overwrite it
+        for i in range(TPW):
+            e(2, f"acc_{i} = wgmma_wait(acc_{i})")
     e(2, "loff = coff")
     e(2, f"coff = coff + np.uint32({slot}) if coff < np.uint32({(S - 1) * slot}) else np.uint32(0)")
     e(2, "cc += 1")
+    if WG:  # wgmma's accumulator (4 j + r) is mma's (m-tile j, register r): rows g (+8), tokens 8 j + 2 t (+1)
+        for i in range(TPW):
+            for mt in range(m_tiles):
+                for r in range(4):
+                    e(1, f"acc_{i}_{mt}_{r} = acc_{i}[{4 * mt + r}]")
     emit_epilogue(e, TPW, m_tiles, ksplit, threads, rows_cta)
     return "\n".join(L) + "\n"
 
@@ -180,10 +221,11 @@ def _tile_names(i: int):
     return lambda s: pat.sub(lambda m: f"{m.group(1)}_{m.group(2)}_{i}", s)
 
 
-def emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k):
+def emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k, wg=False):
     """One super-chunk: per quantisation block, each tile's scale pairs (and zero points); per 16-k step the
     activation fragments of every m-tile (one ``lds_v4`` per two steps), then per tile the decoded weight
-    fragments, scaled (module docstring: numerics), and one ``mma`` per m-tile into the accumulators."""
+    fragments, scaled (module docstring: numerics), and one ``mma`` per m-tile into the accumulators. ``wg``:
+    per step and tile one ``wgmma`` (issued, not waited for) on the step's core matrices in the slot instead."""
     mask = MMA_LAYOUTS[bits].decode_mask
     for bb in range(super_blocks):
         for i in range(TPW):
@@ -199,7 +241,9 @@ def emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, g
         for ss in range(block_steps):
             s = bb * block_steps + ss
             G, sig = divmod(s, group_steps)
-            if sig % 2 == 0:  # the lane's 16 bytes of k-group G for two steps, every m-tile
+            if wg:
+                e(2, f"dsc = desc0 + np.uint64((coff + np.uint32({s * 32 * 8 * m_tiles})) >> np.uint32(4))")
+            elif sig % 2 == 0:  # the lane's 16 bytes of k-group G for two steps, every m-tile
                 off = 2 * (G * group_k) + 16 * (sig // 2)
                 for mt in range(m_tiles):
                     e(2, f"bv = lds_v4(abase_{mt} + coff + np.uint32({off}))")
@@ -213,6 +257,9 @@ def emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, g
                     for r in range(4):
                         row = "lo" if r % 2 == 0 else "hi"
                         e(2, f"f{r} = fma2({decode_expr(c, mask, r, sh, plane, sfx)}, s2{row}_{i}, np.uint32(0))")
+                    if wg:
+                        e(2, f"acc_{i} = wgmma(acc_{i}, f0, f1, f2, f3, dsc)")
+                        continue
                     for mt in range(m_tiles):
                         e(2, f"acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, acc_{i}_{mt}_3 = mma(f0, f1, f2, f3, "
                              f"b_{mt}_{x0}, b_{mt}_{x0 + 1}, acc_{i}_{mt}_0, acc_{i}_{mt}_1, acc_{i}_{mt}_2, "

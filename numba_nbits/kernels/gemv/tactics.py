@@ -126,6 +126,9 @@ class Tactic:
       (``warps * tpw`` per CTA) on the same K range, reading A from a ``stages``-slot shared-memory ring
       (2..8) that also carries the weights; ``ksplit`` CTAs split K. Needs ``unroll = 1``, ``pf = 0``, no ring
       kernel or ``smem``; K a multiple of the super-chunk and block >= 32 (``mma_xa.applies``).
+    * ``wg``: with ``xa``, Hopper's warpgroup MMA (tag suffix ``h``): each warpgroup of the CTA issues
+      ``wgmma.mma_async`` with its four warps' decoded weights as the register operand and the super-chunk's
+      activations from shared memory (``mma_xa`` module docstring); ``warps`` a multiple of 4; sm_90 only.
     """
 
     tpw: int = 1
@@ -139,6 +142,7 @@ class Tactic:
     grid: int = 0
     smem: bool = False
     xa: bool = False
+    wg: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
@@ -153,6 +157,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: a shared-memory pipeline (a) needs pf = 1 and no ring kernel: {self}")
         if self.xa and (self.ring or self.smem or self.unroll != 1 or self.pf):
             raise ValueError(f"gemv_mma: shared activations (x) need u1, no p/r/a: {self}")
+        if self.wg and (not self.xa or self.warps % 4):
+            raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
     @property
     def tag(self) -> str:
@@ -174,17 +180,19 @@ class Tactic:
             s += "a"
         if self.xa:
             s += "x"
+        if self.wg:
+            s += "h"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a, x = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x, h = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a), bool(x))
+                      int(gr or 0), bool(a), bool(x), bool(h))
 
 
 def _table_path(gpu: str) -> Path:
@@ -244,7 +252,7 @@ def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None
     return None
 
 
-def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -> Tactic:
+def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4, wg_ok: bool = False) -> Tactic:
     """Pick the launch shape: the tuned table of ``bits`` (``tuned_tactic``) when it covers the shape,
     else rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll 1/2/4, 4-bit g32 fp16,
     M 1/4/16, 4096x4096, 28672x8192, 8192x28672, 128256x4096; ``benchmarks/results/2026-11-30-h200-gemv-m1``),
@@ -259,7 +267,7 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4) -
       (the two-m-tile kernel's registers).
     """
     if M > 16:
-        return gemm_tactic(N, M, K, block_size, bits)
+        return gemm_tactic(N, M, K, block_size, bits, wg_ok)
     tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits))
     if tuned is not None:
         return tuned
@@ -288,12 +296,38 @@ XA_MIN_M_TILES = 4
 XA_MIN_N = 8192
 XA_NOSPLIT_N = 12288
 XA_KSPLIT = 4
+#: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, block 128 (the
+#: only block measured), ``WG_M_TILES`` m-tiles (M = 49..64; at 4 m-tiles the ``mma.sync`` kernel was as fast),
+#: 256 rows per CTA (two warpgroups, two tiles per warp) on N >= ``WG_MIN_N``, with ``launch_bounds`` for two CTAs
+#: per SM on N >= ``WG_MINB_N``, and with K split ``XA_KSPLIT`` ways on ``XA_MIN_N <= N < XA_NOSPLIT_N``
+WG_BITS = (4,)
+WG_BLOCKS = (128,)
+WG_M_TILES = 8
+WG_MIN_N = 24576
+WG_MINB_N = 65536
 
 
-def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = None, bits: int = 4) -> Tactic:
+def wgmma_ok(simulated: bool) -> bool:
+    """Whether the ``wg`` tactics may be chosen by default: a compute-capability 9.0 GPU (``wgmma`` is sm_90a
+    only) under numba-cuda (numba-cuda-mlir compiles ``wgmma`` for n = 8 only: ``intrinsics_sm90``)."""
+    if simulated:
+        return False
+    from ... import backend
+    from ...launch.driver import _current_cc
+
+    return backend.NAME == "numba" and _current_cc() == (9, 0)
+
+
+def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = None, bits: int = 4,
+                wg_ok: bool = False) -> Tactic:
     """The launch shape past M = 16 (3..8 m-tiles).
 
-    With K and the block given, 4-bit weights with >= 4 m-tiles (M >= 25) take the shared-activation kernel
+    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU under numba-cuda), 4-bit block-128 weights at 8 m-tiles
+    (M = 49..64) take the warpgroup-MMA kernel: ``t2w8u1s3xh`` on N >= ``WG_MIN_N`` (``t2w8u1s3b2xh`` from
+    ``WG_MINB_N``), ``t2w8u1k4s3xh`` on ``XA_MIN_N <= N < XA_NOSPLIT_N``: against the ``mma.sync`` kernels'
+    default 97.5 / 112.8 us (28672x8192), 185.8 / 222.3 (128256x4096), 116.6 / 129.8 (8192x28672) at M = 64;
+    on 14336 and 4096 rows, and at 4 m-tiles, it was slower (``benchmarks/results/2026-12-04-h200-wgmma-xa``).
+    Otherwise, with K and the block given, 4-bit weights with >= 4 m-tiles (M >= 25) take the shared-activation kernel
     ``t2w4u1s4x`` (``mma_xa``: 128 rows per CTA, 4-slot ring) on N >= ``XA_NOSPLIT_N`` rows, and at 4 m-tiles
     (M = 25..32) ``t2w4u1k4s4x`` (K split 4 ways) on ``XA_MIN_N <= N < XA_NOSPLIT_N``, where it applies (K a
     multiple of the super-chunk, block >= 32). Fitted to sweeps of its tactics against the plain kernel's
@@ -304,6 +338,11 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     if (K is None or block_size is None or bits not in XA_BITS or N < XA_MIN_N or mt < XA_MIN_M_TILES
             or not xa_applies(K, block_size, bits)):
         return plain_gemm_tactic(N, M)
+    if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt == WG_M_TILES:
+        if N >= WG_MIN_N:
+            return Tactic(2, 8, 1, stages=3, minb=2 if N >= WG_MINB_N else 0, xa=True, wg=True)
+        if N < XA_NOSPLIT_N:
+            return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
     if N >= XA_NOSPLIT_N:
         return Tactic(2, 4, 1, stages=4, xa=True)
     if mt == XA_MIN_M_TILES:
