@@ -46,6 +46,22 @@ Epilogue: without split-K each warp stores its accumulators (it owns its rows' w
 each warp writes its partial sums to the plan's workspace slice ``split``; the last CTA of the group to arrive
 (atomic counter) sums the slices in a fixed order (deterministic), stores, and resets the counter.
 
+Warpgroup MMAs (``Tactic.wg``, tag suffix ``h``; sm_90a)
+-----------------------------------------------------
+Each warpgroup (4 warps, ``warps`` a multiple of 4) issues, per 16-k step and tile ``i``, one
+``wgmma.mma_async.m64n{8 m_tiles}k16`` (``intrinsics_sm90``): the A operand is the four warps' decoded, scaled
+weight fragments of their tiles (the same registers as ``mma``'s A fragments: warp ``w % 4`` supplies rows
+``16 (w % 4) ..``), the B operand the step's activations in the slot, read through a shared-memory descriptor.
+Their fp32 accumulators (``acc_i``, ``4 m_tiles`` per thread) are ``mma``'s, in the same order (entry ``4 j + r``
+is m-tile ``j``'s register ``r``), so the epilogue is shared. The A area is then ``wgmma``'s K-major core-matrix
+layout (no swizzle): per step a region of ``8 m_tiles`` rows x 16 k, core matrix (row block ``rb``, k block
+``kb``) at ``256 rb + 128 kb`` bytes, 8 rows of 16 bytes. The packed weights' k permutation (``layout``: logical
+columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of a step are four consecutive physical k) puts the two halves of each
+8-byte run of A in different core matrices, so A is copied in 4-byte ``cp.async`` pieces, word ``d`` of the area
+(``d`` = (step, rb, kb, row, word), word fastest) by thread ``d % threads``: consecutive shared addresses per warp.
+Each thread fences its landed copies to the async proxy (``fence.proxy.async``) before the barrier; the
+super-chunk's MMAs are waited for (commit + ``wait_group 0``) before the next barrier lets the slot be refilled.
+
 K must be a multiple of the super-chunk and the block 32, 64 or 128 (``applies``); the plan takes the plain
 kernel otherwise.
 """

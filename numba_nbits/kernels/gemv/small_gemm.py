@@ -12,14 +12,17 @@ which one a call takes.
 From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the shared-activation kernel
 (``mma_xa``): the warps of a CTA share each K step's activations through shared memory instead of each
 re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
-(one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block.
+(one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
+sm_90 GPU under numba-cuda, at M = 49..64 on wide block-128 weights, that kernel issues Hopper's warpgroup MMAs
+(``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``.
 
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64, and 2-bit M = 9..16 (ORT's
 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
 
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
-28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``):
-1.66x at M = 17, 1.54x at 32, 1.17x at 48, 0.96x at 64; 1.8-4.8x faster than dequantize + cuBLAS. The plain
+28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``
+and ``-wgmma-xa``): 1.66x at M = 17, 1.59x at 32, 1.21x at 48, 1.10x at 64; 1.8-4.8x faster than dequantize +
+cuBLAS. The plain
 kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
 bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
 (ncu in the same results).
