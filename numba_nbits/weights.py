@@ -22,6 +22,12 @@ from .formats import BlockGeometry
 #: how a node's zero points are given: absent, packed uint8, or typed (the scales' float dtype)
 ZP_KINDS = ("none", "packed", "typed")
 
+#: the 1-element placeholders of absent optional kernel inputs, one per (simulated, device, dtype) for the whole
+#: process (no kernel writes them); each node making its own cost a device allocation and copy per dtype (five
+#: per node on a fresh process's first results of a served model: ``benchmarks/cold_start.py``)
+_DUMMIES: dict = {}
+_DUMMIES_LOCK = threading.Lock()
+
 
 @dataclass
 class Weights(BlockGeometry):
@@ -44,7 +50,6 @@ class Weights(BlockGeometry):
     host: dict = field(default_factory=dict)  # host copies kept for derived layouts / chunking
     _derived: dict = field(default_factory=dict)
     _lock: Any = field(default_factory=threading.Lock)
-    _dummies: dict = field(default_factory=dict)
 
     @property
     def b_words(self) -> DevArray:
@@ -52,11 +57,15 @@ class Weights(BlockGeometry):
         return self.derived("b_words", lambda: self.b.view(np.uint32))
 
     def dummy(self, dtype) -> DevArray:
-        """A 1-element placeholder for an absent optional input of a kernel."""
-        key = np.dtype(dtype).str
-        d = self._dummies.get(key)
+        """A 1-element placeholder (zero) for an absent optional input of a kernel, shared by every node on this
+        device (``_DUMMIES``): kernels never write it."""
+        key = (self.simulated, self.device_id, np.dtype(dtype).str)
+        d = _DUMMIES.get(key)
         if d is None:
-            d = self._dummies[key] = to_device(np.zeros(1, dtype), self.simulated)
+            with _DUMMIES_LOCK:
+                d = _DUMMIES.get(key)
+                if d is None:
+                    d = _DUMMIES[key] = to_device(np.zeros(1, dtype), self.simulated)
         return d
 
     def derived(self, key: str, build: Callable[[], Any]):

@@ -10,11 +10,11 @@ from numba_nbits.kernels.gemv import layout, repack
 from numba_nbits.weights import build_weights
 
 
-def _weights(N, K, bits, bs, seed):
+def _weights(N, K, bits, bs, seed, dtype=np.float16):
     rng = np.random.default_rng(seed)
     kb = -(-K // bs)
     B = rng.integers(0, 256, size=(N, kb, bs * bits // 8), dtype=np.uint8)  # padding columns random too
-    sc = rng.standard_normal((N, kb)).astype(np.float16)
+    sc = rng.standard_normal((N, kb)).astype(dtype)
     return build_weights(B, sc, K=K, N=N, bits=bits, block_size=bs, simulated=SIMULATED)
 
 
@@ -63,11 +63,18 @@ def test_prepack_uses_the_device_repack(bits):
     assert repack.prepack(w) is pk  # built once
 
 
-@pytest.mark.parametrize("bits,bs", [(4, 32), (8, 128), (2, 64)])
-def test_host_prepack_equals_device_prepack(bits, bs):
-    """``prepack_on_host`` (NumPy only: the M = 1 sweep's host processes) builds the layout ``prepack`` builds."""
-    w = _weights(24, 200, bits, bs, seed=bits + bs)
+@pytest.mark.parametrize("bits,bs,dtype", [(4, 32, "float16"), (8, 128, "float16"), (2, 64, "float16"),
+                                            (4, 64, "bfloat16"), (4, 128, "bfloat16")])
+def test_host_prepack_equals_device_prepack(bits, bs, dtype):
+    """``prepack_on_host`` (NumPy only: the M = 1 sweep's host processes) builds the layout ``prepack`` builds
+    (codes by the repack kernel, scales by the scale-layout kernel: same dtype, same bits, zero padding)."""
+    import ml_dtypes
+
+    w = _weights(24, 200, bits, bs, seed=bits + bs, dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16)
     dev, host = repack.prepack(w), repack.prepack_on_host(w)
     assert (dev.N_pad, dev.K_pad, dev.n_super) == (host.N_pad, host.K_pad, host.n_super)
     np.testing.assert_array_equal(to_host(host.bq), to_host(dev.bq))
-    np.testing.assert_array_equal(to_host(host.scales), to_host(dev.scales))
+    hs, ds = to_host(host.scales), to_host(dev.scales)
+    assert hs.dtype == ds.dtype and hs.shape == ds.shape
+    np.testing.assert_array_equal(hs.view(np.uint16), ds.view(np.uint16))
+    assert (hs.view(np.uint16) != 0).any()

@@ -27,6 +27,7 @@ bit width and block size (all run-time parameters); a grid-stride loop, 64-bit i
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -110,6 +111,68 @@ def repack_kernel() -> Kernel:
     return Kernel(_repack, (types.uint8[::1], types.int32[::1], types.uint32[::1]) + (i64,) * 10, name="gemv_repack")
 
 
+def _scale_layout(src, out, n_rows, kb, bps, per_tile, total):
+    """``out[i]`` of ``layout._per_block_layout``'s order ``[tile][super][g][h][bb]`` from the row-major
+    ``(n_rows, kb)`` 16-bit scales ``src`` (row ``16 tile + 8 h + g``, block ``bps * super + bb``; 0 past them)."""
+    i = np.int64(cuda.blockIdx.x) * THREADS + cuda.threadIdx.x
+    step = np.int64(cuda.gridDim.x) * THREADS
+    while i < total:
+        tile = i // per_tile
+        r = i - tile * per_tile
+        sup = r // (16 * bps)
+        r -= sup * 16 * bps
+        g = r // (2 * bps)
+        r -= g * 2 * bps
+        h = r // bps
+        row = tile * 16 + h * 8 + g
+        blk = sup * bps + (r - h * bps)
+        v = np.uint16(0)
+        if row < n_rows and blk < kb:
+            v = src[row * kb + blk]
+        out[i] = v
+        i += step
+
+
+@lru_cache(maxsize=None)
+def scale_layout_kernel() -> Kernel:
+    from numba.cuda import types
+
+    i64 = types.int64
+    return Kernel(_scale_layout, (types.uint16[::1], types.uint16[::1]) + (i64,) * 5, name="gemv_scale_layout")
+
+
+def scale_layout(weights, kb_pad: int, ks: int):
+    """The 16-bit scales of ``weights`` in ``_per_block_layout``'s order, laid out on the device from
+    ``weights.scales`` by ``scale_layout_kernel`` on the legacy default stream (``repack`` then synchronises
+    it): no host relayout and upload per node."""
+    w = weights
+    bps = ks // w.block_size
+    n_pad = -(-w.N // ROW_PAD) * ROW_PAD
+    total = n_pad * kb_pad
+    out = device_empty((total,), np.uint16, w.simulated)
+    src = w.scales.view(np.uint16, (w.N * w.k_blocks,))
+    grid = max(1, min(MAX_BLOCKS, -(-total // THREADS)))
+    scale_layout_kernel().bind(grid, THREADS, (src, out, w.N, w.k_blocks, bps, 16 * kb_pad, total)).launch(0)
+    return out
+
+
+_DMAPS: dict = {}
+_DMAPS_LOCK = threading.Lock()
+
+
+def _source_map_on_device(bits: int, block_size: int, simulated: bool, device_id: int):
+    """``source_map(bits, block_size)``'s map (0.5-1 KiB) on the device, one copy per process and device (the
+    repack kernel only reads it): not one upload per node."""
+    key = (bits, block_size, simulated, device_id)
+    d = _DMAPS.get(key)
+    if d is None:
+        with _DMAPS_LOCK:
+            d = _DMAPS.get(key)
+            if d is None:
+                d = _DMAPS[key] = to_device(source_map(bits, block_size)[0], simulated)
+    return d
+
+
 def repack(weights, K_pad: int):
     """``bq`` of ``weights`` (``layout.pack_weights`` of its codes, padded to ``K_pad``) as a device array,
     built by the repack kernel from ``weights.b`` on the legacy default stream, which is then synchronised
@@ -124,7 +187,7 @@ def repack(weights, K_pad: int):
     wpb = smap.size // fields
     nbk = K_pad // kb
     total = (n_pad // TILE_N) * nbk * wpb
-    dmap = to_device(smap, w.simulated)  # 0.5-1 KiB; not ``w.derived``: prepack runs inside its lock
+    dmap = _source_map_on_device(bits, w.block_size, w.simulated, w.device_id)
     out = device_empty((total,), np.uint32, w.simulated)
     b = w.b.flat()
     row_bytes = w.k_blocks * w.block_size * bits // 8
@@ -137,29 +200,36 @@ def repack(weights, K_pad: int):
     return out
 
 
-def _packed(weights, bq_of) -> Packed:
-    """``Packed`` of ``weights`` with codes ``bq_of(K_pad)``; scales and zero points laid out on the host
-    (1/64 of the codes' size or less)."""
+def _packed(weights, bq_of, on_device: bool = False) -> Packed:
+    """``Packed`` of ``weights`` with codes ``bq_of(K_pad)``; zero points laid out on the host (1/64 of the codes'
+    size or less), the scales too, or on the device with ``on_device`` for fp16/bf16 scales (``scale_layout``,
+    launched before ``bq_of``, whose synchronisation then covers it)."""
     N, K, bs, bits = weights.N, weights.K, weights.block_size, weights.bits
     ks, _, n_super, K_pad = geometry(K, bs, bits)
-    bq = bq_of(K_pad)
     kb_pad = K_pad // bs
-    sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
-    sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
-    sc_l = _per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype)
+    sc_d = None
+    if on_device and weights.dtype in ("float16", "bfloat16"):
+        sc_d = scale_layout(weights, kb_pad, ks)
+    bq = bq_of(K_pad)
+    if sc_d is None:
+        sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
+        sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
+        sc_d = to_device(_per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype), weights.simulated)
+    elif weights.dtype == "float16":
+        sc_d = sc_d.view(np.float16, sc_d.shape)
     zp_l = None
     if weights.zp_kind == "packed":
         zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
         zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
     n_pad = -(-N // ROW_PAD) * ROW_PAD
-    return Packed(bq=bq, scales=to_device(sc_l, weights.simulated), zp=zp_l, N_pad=n_pad, K_pad=K_pad,
-                  n_super=n_super)
+    return Packed(bq=bq, scales=sc_d, zp=zp_l, N_pad=n_pad, K_pad=K_pad, n_super=n_super)
 
 
 def prepack(weights) -> Packed:
     """The layout of ``layout.py``'s docstring, built once per ``Weights`` (key ``gemv_mma_w<bits>`` of
     ``weights.derived``): the codes by ``repack`` on the device."""
-    return weights.derived(f"gemv_mma_w{weights.bits}", lambda: _packed(weights, lambda K_pad: repack(weights, K_pad)))
+    return weights.derived(f"gemv_mma_w{weights.bits}",
+                           lambda: _packed(weights, lambda K_pad: repack(weights, K_pad), on_device=True))
 
 
 def prepack_on_host(weights) -> Packed:
