@@ -70,7 +70,6 @@ from __future__ import annotations
 import re
 
 from .layout import MMA_LAYOUTS, sizes, step_planes
-from ..intrinsics_sm90 import WGMMA_N
 from .mma_smem import RING_ALIGN_PAD, SmemRing, slot_fields
 from .mma_source import (
     _CONST,
@@ -123,8 +122,11 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     slot = a_bytes + w_bytes
     rows_cta = 16 * TPW * warps
     WG = tac.wg
-    if WG and 8 * m_tiles not in WGMMA_N:
-        raise ValueError(f"gemv_mma {tac.tag}: wgmma has no n = {8 * m_tiles} ({WGMMA_N})")
+    if WG:
+        from ..intrinsics_sm90 import WGMMA_N
+
+        if 8 * m_tiles not in WGMMA_N:
+            raise ValueError(f"gemv_mma {tac.tag}: wgmma has no n = {8 * m_tiles} ({WGMMA_N})")
     L, e = emit_head()
     e(1, "tid = np.uint32(cuda.threadIdx.x)")
     if ksplit == 1:
@@ -162,7 +164,7 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         per = -(-pieces // threads)
         for j in range(per):
             e(1, f"d = np.int64(tid) + {j * threads}")
-            e(1, f"q = d >> 6")
+            e(1, "q = d >> 6")
             e(1, f"s = q // {m_tiles}")
             e(1, f"kp = (s // {group_steps}) * {group_k} + (d & 3) * {4 * group_steps} + (s % {group_steps}) * 4 + "
                  "((d >> 5) & 1) * 2")
