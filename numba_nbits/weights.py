@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -22,11 +23,13 @@ from .formats import BlockGeometry
 #: how a node's zero points are given: absent, packed uint8, or typed (the scales' float dtype)
 ZP_KINDS = ("none", "packed", "typed")
 
-#: the 1-element placeholders of absent optional kernel inputs, one per (simulated, device, dtype) for the whole
-#: process (no kernel writes them); each node making its own cost a device allocation and copy per dtype (five
-#: per node on a fresh process's first results of a served model: ``benchmarks/cold_start.py``)
-_DUMMIES: dict = {}
-_DUMMIES_LOCK = threading.Lock()
+
+@lru_cache(maxsize=None)
+def _dummy(simulated: bool, device_id: int, dtype: str) -> DevArray:
+    """The 1-element placeholder (zero) of absent optional kernel inputs, one per (simulated, device, dtype) for
+    the whole process (no kernel writes it); each node making its own cost a device allocation and copy per dtype
+    (five per node on a fresh process's first results of a served model: ``benchmarks/cold_start.py``)."""
+    return to_device(np.zeros(1, np.dtype(dtype)), simulated)
 
 
 @dataclass
@@ -58,15 +61,8 @@ class Weights(BlockGeometry):
 
     def dummy(self, dtype) -> DevArray:
         """A 1-element placeholder (zero) for an absent optional input of a kernel, shared by every node on this
-        device (``_DUMMIES``): kernels never write it."""
-        key = (self.simulated, self.device_id, np.dtype(dtype).str)
-        d = _DUMMIES.get(key)
-        if d is None:
-            with _DUMMIES_LOCK:
-                d = _DUMMIES.get(key)
-                if d is None:
-                    d = _DUMMIES[key] = to_device(np.zeros(1, dtype), self.simulated)
-        return d
+        device (``_dummy``): kernels never write it."""
+        return _dummy(self.simulated, self.device_id, np.dtype(dtype).str)
 
     def derived(self, key: str, build: Callable[[], Any]):
         """Build (once) and cache a derived layout or constant under ``key``."""

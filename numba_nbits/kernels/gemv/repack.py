@@ -27,7 +27,6 @@ bit width and block size (all run-time parameters); a grid-stride loop, 64-bit i
 """
 from __future__ import annotations
 
-import threading
 from functools import lru_cache
 
 import numpy as np
@@ -156,21 +155,11 @@ def scale_layout(weights, kb_pad: int, ks: int):
     return out
 
 
-_DMAPS: dict = {}
-_DMAPS_LOCK = threading.Lock()
-
-
+@lru_cache(maxsize=None)
 def _source_map_on_device(bits: int, block_size: int, simulated: bool, device_id: int):
     """``source_map(bits, block_size)``'s map (0.5-1 KiB) on the device, one copy per process and device (the
     repack kernel only reads it): not one upload per node."""
-    key = (bits, block_size, simulated, device_id)
-    d = _DMAPS.get(key)
-    if d is None:
-        with _DMAPS_LOCK:
-            d = _DMAPS.get(key)
-            if d is None:
-                d = _DMAPS[key] = to_device(source_map(bits, block_size)[0], simulated)
-    return d
+    return to_device(source_map(bits, block_size)[0], simulated)
 
 
 def repack(weights, K_pad: int):
