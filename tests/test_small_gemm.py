@@ -150,6 +150,9 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng):
     (4, 128, 80, 256, 24, "t1w4u1s3xh", False, "float16"),
     (4, 32, 64, 256, 30, "t2w4u1k2xh", True, "bfloat16"),  # two tiles per warp, split-K, zero points
     (8, 64, 64, 256, 64, "t1w4u1s4xh", False, "float16"),  # two-plane codes: two wgmma per step
+    # past the route's M = 64: 12 and 16 m-tiles (wgmma n = 96 / 128)
+    (4, 128, 64, 256, 90, "t1w4u1s3xh", False, "float16"),
+    (4, 64, 80, 256, 128, "t1w4u1s3xh", True, "bfloat16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with
@@ -199,6 +202,10 @@ def test_shared_activation_tactics_are_checked(rng):
         with pytest.raises(ValueError):
             tactics.Tactic.parse(bad)
     assert applies(8192, 128, 4) and not applies(8200, 128, 4) and not applies(8192, 16, 4)
+    with pytest.raises(ValueError, match="need the warpgroup form"):
+        from numba_nbits.kernels.gemv.mma import generate_source
+
+        generate_source("float16", 16, tactics.Tactic.parse("t1w4u1s3x"), 128, "none", 4, kfull=True)
     _, B, s, _, _ = _inputs(rng, bits=4, block=32, N=32, K=200, M=20, dtype="float16", zp=False, bias=False)
     op = nb.MatMulNBits(B, s, K=200, N=32, bits=4, block_size=32)
     with pytest.raises(ValueError, match="multiple of the super-chunk"):

@@ -105,7 +105,8 @@ def test_fragment_maps_are_inverse_and_cover_d():
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["f16", "bf16"])
-@pytest.mark.parametrize("n", [8, 64] if SIMULATED else list(W.MLIR_WGMMA_N if W.MLIR else W.WGMMA_N))
+@pytest.mark.parametrize("n", [8, 64, 128] if SIMULATED else list(W.MLIR_WGMMA_N if W.MLIR else
+                                                                  (8, 16, 24, 32, 48, 64, 96, 128)))
 def test_wgmma_matches_a_at_b_plus_c(n, bf16):
     _needs_sm90()
     import ml_dtypes
@@ -155,7 +156,7 @@ def test_descriptor_fields():
     with pytest.raises(ValueError, match="lbo=8 must be a non-negative multiple of 16"):
         W.smem_desc(arr, 0, 8, 256)
     with pytest.raises(ValueError, match="n must be one of"):
-        W.wgmma(72, False)
+        W.wgmma(136, False)
 
 
 _ASSEMBLE = r'''

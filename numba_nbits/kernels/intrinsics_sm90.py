@@ -19,7 +19,7 @@ compiles (``MLIR_WGMMA_N``; ``wgmma`` raises for the others and says why).
 * ``fence_proxy_async()``: ``fence.proxy.async.shared::cta``, which makes this thread's ordinary
   shared-memory stores visible to the async proxy that ``wgmma`` reads shared memory through (store,
   fence, then a barrier, then ``wgmma``).
-* ``wgmma_m64n{N}k16_{f16,bf16}(acc, a0, a1, a2, a3, desc)`` for N a multiple of 8 up to 64: one warpgroup (128
+* ``wgmma_m64n{N}k16_{f16,bf16}(acc, a0, a1, a2, a3, desc)`` for N a multiple of 8 up to 128: one warpgroup (128
   threads, all of them call it) computes ``D = A @ B + C`` for A 64 x 16 in registers, B 16 x N (K-major,
   from ``desc``) and fp32 accumulators; ``acc`` is this thread's ``N / 2`` float32 accumulators (a
   tuple), the result the new ones. One asm block issues ``wgmma.fence``, the ``mma_async`` (scale-d 1,
@@ -50,7 +50,7 @@ from .. import backend as _backend
 
 SIMULATED = bool(_nb_config.ENABLE_CUDASIM)
 MLIR = not SIMULATED and _backend.NAME == "mlir"  # numba-cuda-mlir compiles the kernels (see the end)
-WGMMA_N = tuple(range(8, 72, 8))  # n = 8, 16, ..., 64 (the fused GEMM's 8 * m_tiles tokens)
+WGMMA_N = tuple(range(8, 136, 8))  # n = 8, 16, ..., 128 (the fused GEMM's 8 * m_tiles tokens)
 MLIR_WGMMA_N = (8,)  # the shapes numba-cuda-mlir can compile (``wgmma``'s error says why)
 _WINDOW = 1 << 18  # the shared window a descriptor's 14-bit (address >> 4) field spans
 

@@ -40,6 +40,8 @@ def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
                     kfull: bool = False) -> str:
     """Python source of one specialisation: the ring kernel for ``tac.ring``, the shared-activation kernel for
     ``tac.xa`` (K-full only), else the plain one."""
+    if MT > 8 and not tac.wg:
+        raise ValueError(f"gemv_mma {tac.tag}: {MT} m-tiles need the warpgroup form (h); mma.sync kernels take <= 8")
     if tac.xa:
         if not kfull or l2pf:
             raise ValueError(f"gemv_mma {tac.tag}: shared activations need K a multiple of the super-chunk, no l2pf")

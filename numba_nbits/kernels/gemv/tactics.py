@@ -54,6 +54,9 @@ BLOCK_SIZES = (16, 32, 64, 128)
 MAX_M = 64
 #: m-tiles of the kernels past M = 16: the smallest that holds M (fewer specialisations than one per M)
 GEMM_M_TILES = (3, 4, 6, 8)
+#: m-tiles the warpgroup form of the shared-activation kernel (``Tactic.wg``) also compiles for (M = 65..128);
+#: no route takes them yet (``MAX_M``): benchmarks build their plans directly
+WG_M_TILES_BEYOND = (12, 16)
 #: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
 SIM_SM_COUNT = 2
 
@@ -221,7 +224,7 @@ def m_tiles(M: int) -> int:
     ``GEMM_M_TILES`` that holds M (the ``fused_gemm`` route's kernels, M = 17..64)."""
     if M <= 16:
         return 1 if M <= 8 else 2
-    return next(t for t in GEMM_M_TILES if 8 * t >= M)
+    return next(t for t in GEMM_M_TILES + WG_M_TILES_BEYOND if 8 * t >= M)
 
 
 def m_class(M: int) -> int:
