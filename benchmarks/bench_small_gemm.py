@@ -1,8 +1,10 @@
 """The tensor-core GEMV kernels past M = 16 (3..8 m-tiles of 8 tokens; 12 / 16 for the warpgroup tactics at
-M = 65..128, which no route takes yet), against the default call and fp16 dense.
+M = 65..128), against the default call and fp16 dense.
 
     python -m benchmarks.bench_small_gemm [--shapes 28672x8192 ...] [--M 17 32 64] [--blocks 128]
         [--tactics t1w8u1p1 t2w4u1p1 ...] [--workers 16] [--tiny]
+
+(``--tactics`` with no tag times only the default call and its baselines.)
 
 For each shape (4-bit, symmetric, fp16; random ORT-layout bytes), block and M: the operator's default call
 (``op(A, out=Y)``), the same call with ORT's dispatch chain (``numba_nbits.fused_gemm`` off: dequantize + cuBLAS),
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
                                                      "4096x4096"])
     ap.add_argument("--M", type=int, nargs="+", default=[17, 32, 64])
     ap.add_argument("--blocks", type=int, nargs="+", default=[128])
-    ap.add_argument("--tactics", nargs="+", default=DEFAULT_TACTICS)
+    ap.add_argument("--tactics", nargs="*", default=DEFAULT_TACTICS)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="simulator-sized smoke test")
     a = ap.parse_args(argv)

@@ -356,8 +356,9 @@ _KNOBS: tuple[_Knob, ...] = (
         "fused_gemm", ENV_FUSED_GEMM, KEY_FUSED_GEMM, "config",
         _parse_bool, "bool", "true",
         "bool: 0/1/true/false; config wins over env",
-        "the `fused_gemm` route: the fused tensor-core kernels serve M = 17..64 (and 2-bit M = 9..16) instead "
-        "of ORT's dequantize + cuBLAS; false: ORT's dispatch chain exactly",
+        "the `fused_gemm` route: the fused tensor-core kernels serve M = 17..64 (and 2-bit M = 9..16; on sm_90 "
+        "wide 4-bit block-128 weights to M = 128) instead of ORT's dequantize + cuBLAS; false: ORT's dispatch "
+        "chain exactly",
     ),
 )
 

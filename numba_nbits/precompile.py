@@ -18,7 +18,8 @@ each worker builds its ops from random bytes of ORT's layout.
 
 M reduction (``plan_Ms``): of the requested Ms a worker warms every M <= 16 (the GEMV routes compile
 one M tile / tactic per M), and above 16 the first M of each run that dispatch (``dispatch.select``,
-the operator's own chain, on this device's sm) sends to one route, every power of two (the fpA_intB
+the operator's own chain, on this device's sm) sends to one route (for the fused GEMM: to one route and
+m-tile count, ``tactics.m_class``), every power of two (the fpA_intB
 buckets are ``next_pow2(M)``; its chunking and the mixed GEMM's default tactic change there too),
 the buckets listed in ``ep.cuda.fpa_intb_profile_m`` when the route is fpa_intb, and the largest M.
 Other Ms reuse these kernels; an M the rule misses costs one compile at its first call, never a
@@ -126,6 +127,7 @@ def plan_Ms(sig: Signature, Ms: Iterable[int], config, sm: int) -> list[int]:
     """The Ms of ``Ms`` that give distinct plans (the rule is in the module docstring)."""
     from .dispatch.profiler import initial_buckets
     from .dispatch.select import select
+    from .kernels.gemv.tactics import m_class
 
     Ms = sorted({int(m) for m in Ms})
     if Ms and Ms[0] < 1:
@@ -142,9 +144,11 @@ def plan_Ms(sig: Signature, Ms: Iterable[int], config, sm: int) -> list[int]:
                 route = select(_problem(sig, m, sm), config).name
             except ValueError:  # a forced route that cannot serve: the worker reports the error
                 route = "?"
-            if route != prev or (route == "fpa_intb" and m in listed):
+            # the fused GEMM compiles one kernel per m-tile count (``m_class``): the first M of each
+            key = (route, m_class(m)) if route == "fused_gemm" else route
+            if key != prev or (route == "fpa_intb" and m in listed):
                 keep.add(m)
-            prev = route
+            prev = key
     return sorted(keep)
 
 

@@ -120,7 +120,7 @@ def test_gemv_w2_boundaries(kw, ok, guard):
 
 # ---------------------------------------------------------------------- fused small GEMM (ours)
 @pytest.mark.parametrize("kw, ok, guard", [
-    (dict(M=17), True, None), (dict(M=64), True, None), (dict(M=65), False, "m_le_64"),
+    (dict(M=17), True, None), (dict(M=64), True, None), (dict(M=65), False, "fused_gemm_m"),
     (dict(M=40, dtype="bfloat16", block_size=128), True, None), (dict(M=17, dtype="float32"), False, "fp16_or_bf16"),
     (dict(M=17, bits=8, block_size=128), True, None), (dict(M=9, bits=2, block_size=64), True, None),
     (dict(M=17, bits=3), False, "bits_in_2_4_8"),
@@ -157,9 +157,56 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
     from numba_nbits.dispatch.routes import FUSED_GEMM_MAX_M
     from numba_nbits.kernels.gemv import small_gemm, tactics
 
-    assert FUSED_GEMM_MAX_M == tactics.MAX_M
+    from numba_nbits.dispatch.routes import FUSED_GEMM_WIDE_MAX_M
+
+    assert FUSED_GEMM_MAX_M == tactics.MAX_M and FUSED_GEMM_WIDE_MAX_M == tactics.WG_MAX_M
     assert small_gemm.supports(P(M=FUSED_GEMM_MAX_M)) and not small_gemm.supports(P(M=FUSED_GEMM_MAX_M + 1))
-    assert [tactics.m_tiles(m) for m in (16, 17, 24, 25, 32, 33, 48, 49, 64)] == [2, 3, 3, 4, 4, 6, 6, 8, 8]
+    wide = P(N=28672, K=8192, block_size=128)
+    assert small_gemm.supports(P(M=FUSED_GEMM_WIDE_MAX_M, N=28672, K=8192, block_size=128))
+    assert not small_gemm.supports(P(M=FUSED_GEMM_WIDE_MAX_M + 1, N=28672, K=8192, block_size=128))
+    for m in range(1, 200):
+        p = P(M=m, N=wide.N, K=wide.K, block_size=128)
+        assert small_gemm.supports(p) == (route(p) == "fused_gemm" or m <= 16), m
+    assert [tactics.m_tiles(m) for m in (16, 17, 24, 25, 32, 33, 48, 49, 64, 65, 96, 97, 128)] == \
+        [2, 3, 3, 4, 4, 6, 6, 8, 8, 12, 12, 16, 16]
+
+
+@pytest.mark.parametrize("N, K, M, tag", [
+    (28672, 8192, 65, "t2w8u1s3xh"), (28672, 8192, 128, "t2w8u1s3xh"), (128256, 4096, 100, "t2w8u1s3xh"),
+    (8192, 28672, 96, "t2w8u1k4s3xh"), (8192, 28672, 128, "t2w8u1k4s3xh"),
+    (14336, 4096, 96, "t1w8u1s3xh"), (14336, 4096, 97, None),  # 16 m-tiles on 12288..24575 rows: ORT's chain
+    (4096, 14336, 96, None), (28672, 8192, 64, None), (28672, 8192, 129, None),
+])
+def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, K, M, tag):
+    """M = 65..128 (``tactics.wide_tactic``): the fused GEMM on sm_90 where its warpgroup kernel was measured faster
+    than dequantize + cuBLAS, ORT's chain everywhere else (other sm, bits, blocks, N, or K not whole super-chunks)."""
+    from numba_nbits.kernels.gemv import tactics
+
+    p = P(M=M, N=N, K=K, block_size=128)
+    t = tactics.wide_tactic(p)
+    assert (t.tag if t else None) == tag
+    ort = "dequant_cublas_chunked" if N == 128256 else "dequant_cublas"
+    if M > 64:
+        assert route(p) == ("fused_gemm" if tag else ort)
+        if not tag:
+            assert rejected_by(p, "fused_gemm") == "fused_gemm_m"
+    for other in (dict(sm=80), dict(bits=8), dict(block_size=32), dict(K=K + 64), dict(dtype="float32")):
+        q = P(**{**dict(M=M, N=N, K=K, block_size=128), **other})
+        assert tactics.wide_tactic(q) is None, other
+    if tag and N != 128256:
+        assert route(P(M=M, N=N, K=K, block_size=128, sm=80)) == ort
+        assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort
+
+
+def test_fused_gemm_past_64_needs_numba_cuda(monkeypatch):
+    """numba-cuda-mlir compiles wgmma for n = 8 only (``intrinsics_sm90``): no warpgroup kernel past M = 64 there."""
+    from numba_nbits.kernels.gemv import tactics
+
+    p = P(M=96, N=28672, K=8192, block_size=128)
+    assert route(p) == "fused_gemm"
+    monkeypatch.setattr(tactics, "_backend_has_wgmma", lambda: False)
+    assert tactics.wide_tactic(p) is None
+    assert route(P(M=96, N=28680, K=8192, block_size=128)) == "dequant_cublas"  # (decisions are cached per problem)
 
 
 # ---------------------------------------------------------------------- router
@@ -210,7 +257,7 @@ def test_reasons_and_explain_text():
     d = select(P(M=65), CFG)
     assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_cublas")])
     text = d.explain()
-    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text and "rejected by m_le_64" in text
+    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text and "rejected by fused_gemm_m" in text
     assert explain(65, 4096, 4096).name == "dequant_cublas"
     assert explain(17, 4096, 4096).name == "fused_gemm"
 

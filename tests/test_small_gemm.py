@@ -127,18 +127,23 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 
 
 @requires_gpu
-def test_default_call_takes_warpgroup_mmas_on_hopper(rng):
-    """On an sm_90 GPU under numba-cuda a default call at M = 64 on 24576 rows runs the ``wgmma`` kernel, within
-    tolerance of the oracle."""
+@pytest.mark.parametrize("N, K, M, tag, dtype", [
+    (24576, 1024, 60, "t2w8u1s3xh", "float16"),
+    # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
+    (24576, 1024, 96, "t2w8u1s3xh", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xh", "float16"),
+    (12288, 1024, 70, "t1w8u1s3xh", "float16"),
+])
+def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
+    """On an sm_90 GPU under numba-cuda a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
+    kernel (route ``fused_gemm``), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
         pytest.skip("needs an sm_90 GPU and numba-cuda")
-    N, K, M = 24576, 1024, 60
-    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype="float16", zp=False, bias=True)
+    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
     op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
     Y = np.asarray(op(A)).astype(np.float64)
-    assert op._entries[M].plan.tactic.tag == "t2w8u1s3xh"
+    assert op.explain(M).name == "fused_gemm" and op._entries[M].plan.tactic.tag == tag
     ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
-    assert relative_error(Y, ref) <= TOL["float16"]
+    assert relative_error(Y, ref) <= TOL[dtype]
 
 
 @pytest.mark.parametrize("bits, block, N, K, M, tag, zp, dtype", [

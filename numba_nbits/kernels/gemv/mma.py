@@ -33,7 +33,7 @@ from .mma_xa import applies as xa_applies
 from .mma_xa import gen_source_xa
 from .mma_xa import layout as xa_layout
 from .repack import prepack
-from .tactics import Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok
+from .tactics import MAX_M, Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok, wide_tactic
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
@@ -205,6 +205,11 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
     if problem.bits != weights.bits:
         raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
     tac = tactic
+    if tac is None and problem.M > MAX_M:  # 12 / 16 m-tiles: the warpgroup kernel only
+        tac = wide_tactic(problem)
+        if tac is None:
+            raise ValueError(f"gemv_mma: M={problem.M} > {MAX_M} needs the warpgroup kernel, which does not serve "
+                             f"{problem.describe()} (tactics.wide_tactic)")
     if tac is None:
         tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits,
                              wgmma_ok(weights.simulated))

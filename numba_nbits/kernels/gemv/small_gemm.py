@@ -1,4 +1,4 @@
-"""Fused small GEMM (route ``fused_gemm``): the tensor-core GEMV kernels (``mma``) past M = 16, up to M = 64.
+"""Fused small GEMM (route ``fused_gemm``): the tensor-core GEMV kernels (``mma``) past M = 16, up to M = 64 (128).
 
 ORT's chain sends M > 16 (and 2-bit M > 8) to dequantize + cuBLAS: an N x K fp16 copy of the weights is
 written and read back on every call, so the call costs more than a GEMM on fp16 weights would. This route
@@ -14,15 +14,18 @@ From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the 
 re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
 (one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
 sm_90 GPU under numba-cuda, at M = 49..64 on wide block-128 weights, that kernel issues Hopper's warpgroup MMAs
-(``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``.
+(``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``. Past M = 64 (to 128) the route serves
+only what that warpgroup kernel (12 / 16 m-tiles: wgmma n = 96 / 128) was measured to do faster than dequantize +
+cuBLAS (``tactics.wide_tactic``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest keeps ORT's chain.
 
-It is placed after the GEMV routes, so it serves what they leave: M = 17..64, and 2-bit M = 9..16 (ORT's
-2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
+It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..128 as above), and 2-bit
+M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
 
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
 28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``
 and ``-wgmma-xa``): 1.66x at M = 17, 1.59x at 32, 1.21x at 48, 1.10x at 64; 1.8-4.8x faster than dequantize +
-cuBLAS. The plain
+cuBLAS; at M = 96 / 128 1.2-2.1x faster than dequantize + cuBLAS where it takes the call, still 0.53-0.87x of
+cuBLAS on fp16 weights (``-wg-wide``). The plain
 kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
 bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
 (ncu in the same results).
@@ -30,15 +33,15 @@ bounds it; the shared-activation kernel reads them once per 128 rows and is boun
 An A that is not 16-byte aligned (e.g. a sliced tensor) is served by the dequantize + cuBLAS plan, built on
 first need (outside graph capture), as the GEMV routes fall back to their CUDA-core engine.
 
-Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64, block 16/32/64/128, zero points none/packed, no
-g_idx, N % 8 == 0, K % 8 == 0.
+Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64 (or <= 128 with ``wide_tactic``), block 16/32/64/128,
+zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
 
 from ..family import KernelFamily
 from . import core
 from .mma import TensorCorePlan
-from .tactics import BITS, BLOCK_SIZES, MAX_M
+from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, WG_MIN_N, XA_MIN_N, XA_NOSPLIT_N, wide_tactic
 
 ROUTE = "fused_gemm"
 
@@ -51,8 +54,12 @@ def unmet(problem):
         yield f"A dtype {p.dtype}, needs float16 or bfloat16 (tensor cores)"
     if p.N % 8 or p.K % 8:
         yield f"N={p.N}, K={p.K} must be multiples of 8"
-    if not 1 <= p.M <= MAX_M:
-        yield f"M={p.M} outside 1..{MAX_M}"
+    if not 1 <= p.M <= WG_MAX_M:
+        yield f"M={p.M} outside 1..{WG_MAX_M}"
+    elif p.M > MAX_M and wide_tactic(p) is None:
+        yield (f"M={p.M} > {MAX_M} needs the warpgroup kernel (tactics.wide_tactic: sm_90 under numba-cuda, 4-bit "
+               f"block 128, K % 128 == 0, N >= {XA_MIN_N}; 16 m-tiles (M > 96) not on {XA_NOSPLIT_N}..{WG_MIN_N - 1} "
+               "rows)")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 

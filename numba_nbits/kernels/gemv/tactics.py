@@ -49,14 +49,16 @@ from .layout import BITS, MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
 from .mma_xa import applies as xa_applies
 
 #: what the tensor-core GEMV serves (``supports``) and the SMs its grids are sized for (``sm_count``); the
-#: GEMV routes take it to M = 16, the ``fused_gemm`` route (``small_gemm``) above, to ``MAX_M``
+#: GEMV routes take it to M = 16, the ``fused_gemm`` route (``small_gemm``) above, to ``MAX_M`` (the warpgroup
+#: form to ``WG_MAX_M`` where ``wide_tactic`` serves the problem)
 BLOCK_SIZES = (16, 32, 64, 128)
 MAX_M = 64
 #: m-tiles of the kernels past M = 16: the smallest that holds M (fewer specialisations than one per M)
 GEMM_M_TILES = (3, 4, 6, 8)
-#: m-tiles the warpgroup form of the shared-activation kernel (``Tactic.wg``) also compiles for (M = 65..128);
-#: no route takes them yet (``MAX_M``): benchmarks build their plans directly
+#: m-tiles of the warpgroup form of the shared-activation kernel (``Tactic.wg``) past M = 64, to ``WG_MAX_M``
+#: (wgmma n = 96 / 128): the ``fused_gemm`` route takes them where ``wide_tactic`` names a tactic
 WG_M_TILES_BEYOND = (12, 16)
+WG_MAX_M = 128
 #: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
 SIM_SM_COUNT = 2
 
@@ -64,7 +66,7 @@ SIM_SM_COUNT = 2
 def supports(problem) -> bool:
     """Whether the tensor-core GEMV serves ``problem`` (module docstring: guards)."""
     p = problem
-    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= MAX_M
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= WG_MAX_M
             and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
 
@@ -351,6 +353,44 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     if mt == XA_MIN_M_TILES:
         return Tactic(2, 4, 1, ksplit=XA_KSPLIT, stages=4, xa=True)
     return plain_gemm_tactic(N, M)
+
+
+def _backend_has_wgmma() -> bool:
+    from ... import backend
+
+    return backend.NAME == "numba"
+
+
+def wide_tactic(problem) -> Tactic | None:
+    """The warpgroup-MMA tactic for M = 65..128 (12 / 16 m-tiles), or None where no kernel of ours was measured
+    faster than ORT's chain (dequantize + cuBLAS), which then keeps the call. Needs an sm_90 device (``problem.sm``)
+    under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points none/packed,
+    K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then
+
+    * N >= ``WG_MIN_N``: ``t2w8u1s3xh`` (256 rows per CTA);
+    * ``XA_MIN_N <= N < XA_NOSPLIT_N``: ``t2w8u1k4s3xh`` (K split 4 ways);
+    * ``XA_NOSPLIT_N <= N < WG_MIN_N``, 12 m-tiles only: ``t1w8u1s3xh`` (128 rows per CTA);
+    * else None (fewer than ``XA_MIN_N`` rows, or 16 m-tiles on 12288..24575 rows).
+
+    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-wide`` (4-bit block 128 fp16, M = 96 and
+    128; ``bench_small_gemm``): against dequantize + cuBLAS at M = 96 / 128, 147.3 / 239.8 us against 277.8 /
+    285.4 (28672x8192), 169.7 / 226.6 against 288.3 / 294.1 (8192x28672), 300.1 / 489.2 against 636.7 / 643.2
+    (128256x4096), 56.4 against 75.1 (14336x4096, M = 96; at 128 80.4 against 76.3); on 4096x14336 every tactic
+    was slower (104.4 / 144.3 against 78.8 / 79.2). With launch bounds for two CTAs per SM (``t2w8u1s3b2xh``, 128
+    registers) the kernel was 1.6x slower at 12 m-tiles and 7-8x at 16, so none are set."""
+    p = problem
+    if not (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
+            and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
+            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
+            and _backend_has_wgmma()):
+        return None
+    if p.N >= WG_MIN_N:
+        return Tactic(2, 8, 1, stages=3, xa=True, wg=True)
+    if XA_MIN_N <= p.N < XA_NOSPLIT_N:
+        return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
+    if XA_NOSPLIT_N <= p.N and m_tiles(p.M) == WG_M_TILES_BEYOND[0]:
+        return Tactic(1, 8, 1, stages=3, xa=True, wg=True)
+    return None
 
 
 def plain_gemm_tactic(N: int, M: int) -> Tactic:
