@@ -172,7 +172,8 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
 
 
 @pytest.mark.parametrize("N, K, M, tag", [
-    (28672, 8192, 65, "t2w8u1s3xh"), (28672, 8192, 128, "t2w8u1s3xh"), (128256, 4096, 100, "t2w8u1s3xh"),
+    (28672, 8192, 65, "t2w8u1s3xh"), (28672, 8192, 96, "t2w8u1s3xh"), (128256, 4096, 90, "t2w8u1s3xh"),
+    (28672, 8192, 128, "split"), (128256, 4096, 100, "split"),  # two launches (``wide_split``)
     (8192, 28672, 96, "t2w8u1k4s3xh"), (8192, 28672, 128, "t2w8u1k4s3xh"),
     (14336, 4096, 96, "t1w8u1s3xh"), (14336, 4096, 97, None),  # 16 m-tiles on 12288..24575 rows: ORT's chain
     (4096, 14336, 96, None), (28672, 8192, 64, None), (28672, 8192, 129, None),
@@ -184,7 +185,8 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
 
     p = P(M=M, N=N, K=K, block_size=128)
     t = tactics.wide_tactic(p)
-    assert (t.tag if t else None) == tag
+    assert ("split" if tactics.wide_split(p) else t.tag if t else None) == tag
+    assert (t is not None and tactics.wide_split(p)) == 0  # never both
     ort = "dequant_cublas_chunked" if N == 128256 else "dequant_cublas"
     if M > 64:
         assert route(p) == ("fused_gemm" if tag else ort)
@@ -192,7 +194,7 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
             assert rejected_by(p, "fused_gemm") == "fused_gemm_m"
     for other in (dict(sm=80), dict(bits=8), dict(block_size=32), dict(K=K + 64), dict(dtype="float32")):
         q = P(**{**dict(M=M, N=N, K=K, block_size=128), **other})
-        assert tactics.wide_tactic(q) is None, other
+        assert not tactics.wide_serves(q), other
     if tag and N != 128256:
         assert route(P(M=M, N=N, K=K, block_size=128, sm=80)) == ort
         assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort

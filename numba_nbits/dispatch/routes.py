@@ -156,13 +156,13 @@ def _fused_gemm_m(p: Problem, c: Config) -> bool:
     if p.M <= FUSED_GEMM_MAX_M:
         return True
     # the kernel package (imported on first use: importing routes compiles nothing)
-    from ..kernels.gemv.tactics import wide_tactic
+    from ..kernels.gemv.tactics import wide_serves
 
-    return p.M <= FUSED_GEMM_WIDE_MAX_M and wide_tactic(p) is not None
+    return p.M <= FUSED_GEMM_WIDE_MAX_M and wide_serves(p)
 
 
 fused_gemm_m = G("fused_gemm_m", f"M <= {FUSED_GEMM_MAX_M}, or M <= {FUSED_GEMM_WIDE_MAX_M} where the warpgroup "
-                 "kernel has a tactic (kernels.gemv.tactics.wide_tactic: sm_90, numba-cuda, 4-bit block 128, "
+                 "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, numba-cuda, 4-bit block 128, "
                  "N >= 8192)", _fused_gemm_m)
 
 # ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)

@@ -16,7 +16,9 @@ re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into
 sm_90 GPU under numba-cuda, at M = 49..64 on wide block-128 weights, that kernel issues Hopper's warpgroup MMAs
 (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``. Past M = 64 (to 128) the route serves
 only what that warpgroup kernel (12 / 16 m-tiles: wgmma n = 96 / 128) was measured to do faster than dequantize +
-cuBLAS (``tactics.wide_tactic``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest keeps ORT's chain.
+cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest keeps ORT's chain.
+On N >= 24576 rows M = 97..128 runs as two launches of the M <= 64 kernels (``RowSplitPlan``, ``wide_split``),
+which beat the 16-m-tile kernel there.
 
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..128 as above), and 2-bit
 M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
@@ -33,7 +35,7 @@ bounds it; the shared-activation kernel reads them once per 128 rows and is boun
 An A that is not 16-byte aligned (e.g. a sliced tensor) is served by the dequantize + cuBLAS plan, built on
 first need (outside graph capture), as the GEMV routes fall back to their CUDA-core engine.
 
-Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64 (or <= 128 with ``wide_tactic``), block 16/32/64/128,
+Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64 (or <= 128 with ``wide_serves``), block 16/32/64/128,
 zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
@@ -41,7 +43,10 @@ from __future__ import annotations
 from ..family import KernelFamily
 from . import core
 from .mma import TensorCorePlan
-from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, WG_MIN_N, XA_MIN_N, XA_NOSPLIT_N, wide_tactic
+from dataclasses import replace
+
+from ..family import Plan
+from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, WG_MIN_N, XA_MIN_N, XA_NOSPLIT_N, wide_serves, wide_split
 
 ROUTE = "fused_gemm"
 
@@ -56,10 +61,9 @@ def unmet(problem):
         yield f"N={p.N}, K={p.K} must be multiples of 8"
     if not 1 <= p.M <= WG_MAX_M:
         yield f"M={p.M} outside 1..{WG_MAX_M}"
-    elif p.M > MAX_M and wide_tactic(p) is None:
-        yield (f"M={p.M} > {MAX_M} needs the warpgroup kernel (tactics.wide_tactic: sm_90 under numba-cuda, 4-bit "
-               f"block 128, K % 128 == 0, N >= {XA_MIN_N}; 16 m-tiles (M > 96) not on {XA_NOSPLIT_N}..{WG_MIN_N - 1} "
-               "rows)")
+    elif p.M > MAX_M and not wide_serves(p):
+        yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90 under numba-cuda, 4-bit "
+               f"block 128, K % 128 == 0, N >= {XA_MIN_N}; M <= 96 on {XA_NOSPLIT_N}..{WG_MIN_N - 1} rows)")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 
@@ -78,11 +82,58 @@ def _dequant_plan(weights, problem, config):
     return dequant.build(weights, problem, cfg, route)
 
 
+class RowSplitPlan(Plan):
+    """M = 97..128 on wide weights as two launches (``tactics.wide_split``): rows ``0..rows-1`` of A and Y, then
+    ``rows..M-1``, each by the ``TensorCorePlan`` of its own row count (its own default tactic). ``run`` only
+    offsets pointers (graph-capturable); ``kernel`` / ``tactic`` name both parts (``head|tail``)."""
+
+    def __init__(self, weights, problem, route: str, config, rows: int):
+        M = problem.M
+        self.route = route
+        self.chunks = ((0, rows), (rows, M - rows))
+        self.parts = tuple(TensorCorePlan(weights, sub, route, lambda sub=sub: _dequant_plan(weights, sub, config))
+                           for sub in (replace(problem, M=n) for _, n in self.chunks))
+        self.kernel = "|".join(p.kernel for p in self.parts)
+        self.tactic = "|".join(p.tactic.tag for p in self.parts)
+        self._row_bytes = (weights.K * 2, weights.N * 2)  # fp16 / bf16 rows of A and Y
+
+    def enqueue(self, a, out, stream: int) -> None:
+        ka, ny = self._row_bytes
+        K, N = a.shape[-1], out.shape[-1]
+        if not (a.c_contiguous and out.c_contiguous):
+            raise ValueError(f"{self.route}: A and Y must be C-contiguous")
+        for (r0, n), part in zip(self.chunks, self.parts):
+            part.enqueue(a.offset(r0 * ka, (n, K)), out.offset(r0 * ny, (n, N)), stream)
+
+    def enqueue_runner(self, a_like, o_like):
+        ka, ny = self._row_bytes
+        K, N = a_like.shape[-1], o_like.shape[-1]
+        runs = []
+        for (r0, n), part in zip(self.chunks, self.parts):
+            r = part.enqueue_runner(a_like.offset(r0 * ka, (n, K)), o_like.offset(r0 * ny, (n, N)))
+            if r is None:
+                return None
+            runs.append((r0 * ka, r0 * ny, r))
+        (_, _, head), (da, dy, tail) = runs
+
+        def run(pa, po, stream):
+            if not head(pa, po, stream):  # an unaligned A (nothing launched): ``enqueue`` falls back
+                return False
+            tail(pa + da, po + dy, stream)  # the same alignment: row offsets are multiples of 16 bytes
+            return True
+
+        return run
+
+
 def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``; ``tactic``: a ``tactics.Tactic`` (default:
-    ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16)."""
+    ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16, ``wide_tactic`` past 64, or two
+    launches where ``wide_split`` says so)."""
     core.check(ROUTE, unmet(problem))
     core.check(ROUTE, core.weights_unmet(weights, problem))
+    rows = wide_split(problem) if tactic is None else 0
+    if rows:
+        return RowSplitPlan(weights, problem, route, config, rows)
     return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
 
 

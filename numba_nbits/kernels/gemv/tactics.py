@@ -361,13 +361,22 @@ def _backend_has_wgmma() -> bool:
     return backend.NAME == "numba"
 
 
-def wide_tactic(problem) -> Tactic | None:
-    """The warpgroup-MMA tactic for M = 65..128 (12 / 16 m-tiles), or None where no kernel of ours was measured
-    faster than ORT's chain (dequantize + cuBLAS), which then keeps the call. Needs an sm_90 device (``problem.sm``)
-    under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points none/packed,
-    K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then
+def _wide_ok(p) -> bool:
+    """The needs of every kernel past M = 64 (``wide_tactic``, ``wide_split``)."""
+    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
+            and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
+            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
+            and _backend_has_wgmma())
 
-    * N >= ``WG_MIN_N``: ``t2w8u1s3xh`` (256 rows per CTA);
+
+def wide_tactic(problem) -> Tactic | None:
+    """The warpgroup-MMA tactic that serves M = 65..128 in one launch (12 / 16 m-tiles), or None. Past M = 64
+    the ``fused_gemm`` route takes a problem only where this or ``wide_split`` serves it, i.e. where a kernel of
+    ours was measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. Both need an sm_90
+    device (``problem.sm``) under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A,
+    zero points none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then
+
+    * N >= ``WG_MIN_N``, 12 m-tiles (M = 65..96): ``t2w8u1s3xh`` (256 rows per CTA); 16 m-tiles: ``wide_split``;
     * ``XA_MIN_N <= N < XA_NOSPLIT_N``: ``t2w8u1k4s3xh`` (K split 4 ways);
     * ``XA_NOSPLIT_N <= N < WG_MIN_N``, 12 m-tiles only: ``t1w8u1s3xh`` (128 rows per CTA);
     * else None (fewer than ``XA_MIN_N`` rows, or 16 m-tiles on 12288..24575 rows).
@@ -379,18 +388,34 @@ def wide_tactic(problem) -> Tactic | None:
     was slower (104.4 / 144.3 against 78.8 / 79.2). With launch bounds for two CTAs per SM (``t2w8u1s3b2xh``, 128
     registers) the kernel was 1.6x slower at 12 m-tiles and 7-8x at 16, so none are set."""
     p = problem
-    if not (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
-            and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
-            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
-            and _backend_has_wgmma()):
+    if not _wide_ok(p):
         return None
+    mt = m_tiles(p.M)
     if p.N >= WG_MIN_N:
-        return Tactic(2, 8, 1, stages=3, xa=True, wg=True)
+        return Tactic(2, 8, 1, stages=3, xa=True, wg=True) if mt == WG_M_TILES_BEYOND[0] else None
     if XA_MIN_N <= p.N < XA_NOSPLIT_N:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
-    if XA_NOSPLIT_N <= p.N and m_tiles(p.M) == WG_M_TILES_BEYOND[0]:
+    if XA_NOSPLIT_N <= p.N and mt == WG_M_TILES_BEYOND[0]:
         return Tactic(1, 8, 1, stages=3, xa=True, wg=True)
     return None
+
+
+def wide_serves(problem) -> bool:
+    """Whether a kernel of ours serves ``problem`` past M = 64 (``wide_tactic`` or ``wide_split``)."""
+    return wide_tactic(problem) is not None or wide_split(problem) > 0
+
+
+#: rows of the first of the two launches ``wide_split`` makes of M = 97..128
+WG_SPLIT_ROWS = 64
+
+
+def wide_split(problem) -> int:
+    """``WG_SPLIT_ROWS`` where M = 97..128 on N >= ``WG_MIN_N`` rows runs as two launches of the M <= 64 kernels
+    (rows 0..63, then 64..M-1, each with its own default tactic), else 0. The 16-m-tile warpgroup kernel (255
+    registers) took 239.8 us at 28672x8192 and 489.2 on the LM head at M = 128, where one M = 64 call took 99.4 and
+    188.7 (``benchmarks/results/2026-12-04-h200-wg-wide``, runs 2 and 3, and ``-wgmma-xa``)."""
+    p = problem
+    return WG_SPLIT_ROWS if (_wide_ok(p) and p.N >= WG_MIN_N and p.M > 8 * WG_M_TILES_BEYOND[0]) else 0
 
 
 def plain_gemm_tactic(N: int, M: int) -> Tactic:
