@@ -40,12 +40,11 @@ zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
 
-from ..family import KernelFamily
-from . import core
-from .mma import TensorCorePlan
 from dataclasses import replace
 
-from ..family import Plan
+from ..family import KernelFamily, Plan
+from . import core
+from .mma import TensorCorePlan
 from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, WG_MIN_N, XA_MIN_N, XA_NOSPLIT_N, wide_serves, wide_split
 
 ROUTE = "fused_gemm"
