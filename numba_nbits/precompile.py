@@ -19,7 +19,7 @@ each worker builds its ops from random bytes of ORT's layout.
 M reduction (``plan_Ms``): of the requested Ms a worker warms every M <= 16 (the GEMV routes compile
 one M tile / tactic per M), and above 16 the first M of each run that dispatch (``dispatch.select``,
 the operator's own chain, on this device's sm) sends to one route (for the fused GEMM: to one route and
-m-tile count, ``tactics.m_class``), every power of two (the fpA_intB
+m-tile count, ``tactics.m_class``, and no other M of that run), every power of two (the fpA_intB
 buckets are ``next_pow2(M)``; its chunking and the mixed GEMM's default tactic change there too),
 the buckets listed in ``ep.cuda.fpa_intb_profile_m`` when the route is fpa_intb, and the largest M.
 Other Ms reuse these kernels; an M the rule misses costs one compile at its first call, never a
@@ -135,8 +135,6 @@ def plan_Ms(sig: Signature, Ms: Iterable[int], config, sm: int) -> list[int]:
     keep = {m for m in Ms if m <= GEMV_M}
     big = [m for m in Ms if m > GEMV_M]
     if big:
-        keep.add(big[-1])
-        keep.update(m for m in big if m & (m - 1) == 0)
         listed = set(initial_buckets(getattr(config, "fpa_intb_profile_m", None)))
         prev = None
         for m in big:
@@ -144,9 +142,10 @@ def plan_Ms(sig: Signature, Ms: Iterable[int], config, sm: int) -> list[int]:
                 route = select(_problem(sig, m, sm), config).name
             except ValueError:  # a forced route that cannot serve: the worker reports the error
                 route = "?"
-            # the fused GEMM compiles one kernel per m-tile count (``m_class``): the first M of each
+            # the fused GEMM's plans differ only by m-tile count (``m_class``): the first M of each, nothing more
             key = (route, m_class(m)) if route == "fused_gemm" else route
-            if key != prev or (route == "fpa_intb" and m in listed):
+            if (key != prev or (route == "fpa_intb" and m in listed)
+                    or (route != "fused_gemm" and (m & (m - 1) == 0 or m == big[-1]))):
                 keep.add(m)
             prev = key
     return sorted(keep)

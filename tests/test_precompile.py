@@ -90,13 +90,14 @@ def test_M_range_reduction_rule(monkeypatch):
     cfg = load_config({}, None)
     llama = Signature(4096, 4096, 4, 128)
     # every M <= 16, then the first M of each route run (17: the fused GEMM, 65: dequant + cuBLAS) and, in the fused
-    # GEMM's run, of each m-tile count (25, 33, 49), powers of two, the max
-    assert pc.plan_Ms(llama, range(1, 4097), cfg, 90) == list(range(1, 18)) + [25, 32, 33, 49, 64, 65, 128, 256, 512,
-                                                                               1024, 2048, 4096]
-    # wide 4-bit block-128 weights on sm_90: the fused GEMM to 128 (its warpgroup kernel's 12 / 16 m-tiles from 65 / 97)
+    # GEMM's run, of each m-tile count (25, 33, 49) and nothing else; elsewhere powers of two and the max
+    assert pc.plan_Ms(llama, range(1, 4097), cfg, 90) == list(range(1, 18)) + [25, 33, 49, 65, 128, 256, 512, 1024,
+                                                                               2048, 4096]
+    # wide 4-bit block-128 weights on sm_90: the fused GEMM to 128 (12 m-tiles from 65, two launches from 97)
     wide = Signature(28672, 8192, 4, 128)
-    assert pc.plan_Ms(wide, range(1, 257), cfg, 90)[17:] == [25, 32, 33, 49, 64, 65, 97, 128, 129, 256]
-    assert pc.plan_Ms(wide, range(1, 257), cfg, 80)[17:] == [25, 32, 33, 49, 64, 65, 128, 256]
+    assert pc.plan_Ms(wide, range(1, 257), cfg, 90)[17:] == [25, 33, 49, 65, 97, 129, 256]
+    assert pc.plan_Ms(wide, range(1, 257), cfg, 80)[17:] == [25, 33, 49, 65, 128, 256]
+    assert pc.plan_Ms(wide, range(1, 61), cfg, 90)[17:] == [25, 33, 49]  # a fused run's last M is not kept
     assert pc.plan_Ms(llama, range(1, 3001), cfg, 90)[-2:] == [2048, 3000]
     assert pc.plan_Ms(llama, [2, 1, 2], cfg, 90) == [1, 2]
     with pytest.raises(ValueError, match="M must be >= 1"):
