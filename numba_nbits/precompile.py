@@ -235,7 +235,7 @@ def run_tasks(tasks: list, config=None, emit=None) -> dict:
     errors, op, op_sig, op_err = [], None, None, None
     for idx, (sig, M) in tasks:
         t1 = time.time()
-        err = None
+        err, build_s = None, 0.0
         try:
             if sig != op_sig:
                 op, op_sig, op_err = None, sig, None
@@ -243,6 +243,7 @@ def run_tasks(tasks: list, config=None, emit=None) -> dict:
                     op = build_op(sig, config)
                 except Exception as e:  # noqa: BLE001 - every task of this signature fails with it
                     op_err = f"{type(e).__name__}: {e}"
+                build_s = time.time() - t1
             if op is None:
                 err = f"{sig} M={M}: building the op failed: {op_err}"
             else:
@@ -252,7 +253,8 @@ def run_tasks(tasks: list, config=None, emit=None) -> dict:
         if err is not None:
             errors.append(err[:400])
         if emit:
-            emit({"task": idx, "ok": err is None, "error": err and err[:400], "seconds": round(time.time() - t1, 2)})
+            emit({"task": idx, "ok": err is None, "error": err and err[:400], "seconds": round(time.time() - t1, 2),
+                  "build_s": round(build_s, 2)})
     return {"tasks": len(tasks), "errors": errors, "seconds": round(time.time() - t0, 1), **cache_stats()}
 
 
@@ -284,6 +286,9 @@ class PrecompileSummary:
     kernels_loaded: Optional[int] = None  # cubins loaded from it
     cache: str = ""  # "on (DIR)" or "off: why"
     seconds: float = 0.0
+    #: (seconds, op build seconds, task index) of every reported task; ``slowest`` names the top ones
+    task_seconds: list = field(default_factory=list)
+    slowest: list = field(default_factory=list)  # "SIG M=m: s s (op build b s)", slowest first
 
     @property
     def failed(self) -> int:
@@ -304,7 +309,8 @@ class PrecompileSummary:
             kern = f"kernels: not counted: the kernel cache is {self.cache}; they were compiled and not kept"
         else:
             kern = f"kernels: none counted (cache {self.cache})"
-        return "\n".join([head, kern] + [f"  failed: {m}" for m in self.failures])
+        slow = [f"slowest plans: {'; '.join(self.slowest)}"] if self.slowest else []
+        return "\n".join([head, kern] + slow + [f"  failed: {m}" for m in self.failures])
 
 
 def _device_sm() -> int:
@@ -330,6 +336,7 @@ def _progress(total: int, enabled: bool):
 
 def _count(summary: PrecompileSummary, d: dict, bar) -> None:
     """One task's JSON line: built, or a failure with its message."""
+    summary.task_seconds.append((d.get("seconds", 0.0), d.get("build_s", 0.0), d["task"]))
     if d["ok"]:
         summary.built += 1
     else:
@@ -393,6 +400,10 @@ def _spawn(parts: list, config, summary: PrecompileSummary, bar, plain: bool, ti
     return results
 
 
+#: the summary names this many of the slowest tasks (where precompiling spends its time)
+SLOWEST = 3
+
+
 def precompile(targets, M: Any = range(1, 4097), workers: Optional[int] = None,
                config: Mapping[str, Any] | None = None, progress: bool = True,
                timeout_s: Optional[float] = None) -> PrecompileSummary:
@@ -429,6 +440,9 @@ def precompile(targets, M: Any = range(1, 4097), workers: Optional[int] = None,
         summary.cache = "off: " + results[0]["cache_off"]
     else:
         summary.cache = "not used: nothing to compile" if not n else "unknown: no worker reported"
+    for sec, build_s, idx in sorted(summary.task_seconds, reverse=True)[:SLOWEST]:
+        sig, m = tasks[idx]
+        summary.slowest.append(f"{sig} M={m}: {sec:.1f} s" + (f" (op build {build_s:.1f} s)" if build_s else ""))
     summary.seconds = round(time.time() - t0, 1)
     return summary
 

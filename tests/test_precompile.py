@@ -138,6 +138,14 @@ def test_api_two_ops_in_two_workers_then_the_ops_run():
     assert isinstance(s, nb.PrecompileSummary)
     assert (s.tasks, s.workers, s.built, s.failed, s.failures) == (4, 2, 4, 0, []), str(s)
     assert s.ok and "4 plans of 2 signatures in 2 workers" in str(s)
+    # where the time went: every task's seconds, the slowest three named (each signature's first task in a worker
+    # includes building its op)
+    assert sorted(i for _, _, i in s.task_seconds) == [0, 1, 2, 3] and len(s.slowest) == pc.SLOWEST
+    secs = sorted((t for t, _, _ in s.task_seconds), reverse=True)
+    assert str(s).splitlines()[2] == "slowest plans: " + "; ".join(s.slowest)
+    assert [float(x.split(": ")[1].split(" s")[0]) for x in s.slowest] == [round(t, 1) for t in secs[:3]]
+    assert sorted(i for _, b, i in s.task_seconds if b > 0) == [0, 2]  # each worker built its signature's op once
+    assert all(b <= t for t, b, _ in s.task_seconds)
     if SIMULATED:  # no disk cache on the simulator: the summary says so instead of counting
         assert s.kernels_compiled is None and s.cache.startswith("off: numba's CUDA simulator")
         assert "kernel cache is off" in str(s)
