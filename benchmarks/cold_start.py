@@ -138,9 +138,9 @@ def main(argv=None) -> int:
         print(f"{what:34s} {cache_state:5s} {seconds:8.2f} s  {detail}", flush=True)
 
     dt, out = _run(pre, env, a.timeout)
-    add("precompile", "cold", dt, " / ".join(line for line in out.strip().splitlines()[:2]))
+    add("precompile", "cold", dt, " / ".join(line for line in out.strip().splitlines()[:3]))
     dt, out = _run(pre, env, a.timeout)
-    add("precompile", "warm", dt, " / ".join(line for line in out.strip().splitlines()[:2]))
+    add("precompile", "warm", dt, " / ".join(line for line in out.strip().splitlines()[:3]))
     spec = json.dumps({"shapes": a.shapes, "nodes": nodes, "first_M": a.first_M})
     states = [("warm", env)]
     if a.also_cold:
