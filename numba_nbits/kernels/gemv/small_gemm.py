@@ -26,8 +26,8 @@ M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
 28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``
 and ``-wgmma-xa``): 1.66x at M = 17, 1.59x at 32, 1.21x at 48, 1.10x at 64; 1.8-4.8x faster than dequantize +
-cuBLAS; at M = 96 / 128 1.2-2.1x faster than dequantize + cuBLAS where it takes the call, still 0.53-0.87x of
-cuBLAS on fp16 weights (``-wg-wide``). The plain
+cuBLAS; at M = 96 / 128 1.3-2.1x faster than dequantize + cuBLAS where it takes the call, still 0.59-0.88x of
+cuBLAS on fp16 weights (``-wg-wide``, run 4). The plain
 kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
 bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
 (ncu in the same results).
