@@ -1,5 +1,6 @@
 """The shared-activation tensor-core kernel (``Tactic.xa``, tag suffix ``x``): ``mma_source``'s math with the
-activations of a K step staged once per CTA in shared memory, for the ``fused_gemm`` route's M = 17..64.
+activations of a K step staged once per CTA in shared memory, for the ``fused_gemm`` route's M = 17..64 (its
+warpgroup form also M = 65..96, and 97..128 with K split: ``tactics.wide_tactic``).
 
 Why
 ---

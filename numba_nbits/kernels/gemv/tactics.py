@@ -223,7 +223,8 @@ def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
 
 def m_tiles(M: int) -> int:
     """8-row m-tiles of A the kernel covers for M: 1 for M = 1..8, 2 for M = 9..16, above that the smallest of
-    ``GEMM_M_TILES`` that holds M (the ``fused_gemm`` route's kernels, M = 17..64)."""
+    ``GEMM_M_TILES`` that holds M (the ``fused_gemm`` route's kernels, M = 17..64), then of ``WG_M_TILES_BEYOND``
+    (the warpgroup kernel's, M = 65..128)."""
     if M <= 16:
         return 1 if M <= 8 else 2
     return next(t for t in GEMM_M_TILES + WG_M_TILES_BEYOND if 8 * t >= M)
