@@ -64,11 +64,13 @@ SIM_SM_COUNT = 2
 
 
 def supports(problem) -> bool:
-    """Whether the tensor-core GEMV serves ``problem`` (module docstring: guards)."""
+    """Whether the tensor-core GEMV serves ``problem`` with one kernel (module docstring: guards): M <= ``MAX_M``,
+    or past it where the warpgroup kernel has a tactic (``wide_tactic``)."""
     p = problem
-    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M <= WG_MAX_M
+    return (p.bits in BITS and p.dtype in ("float16", "bfloat16") and 1 <= p.M
             and p.block_size in BLOCK_SIZES and p.zero_points in ("none", "packed") and not p.has_g_idx
-            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0)
+            and p.N % 8 == 0 and p.K % 8 == 0 and p.K > 0 and p.N > 0
+            and (p.M <= MAX_M or wide_tactic(p) is not None))
 
 
 def sm_count(simulated: bool) -> int:
