@@ -94,7 +94,7 @@ class RowSplitPlan(Plan):
                            for sub in (replace(problem, M=n) for _, n in self.chunks))
         self.kernel = "|".join(p.kernel for p in self.parts)
         self.tactic = "|".join(p.tactic.tag for p in self.parts)
-        self._row_bytes = (weights.K * 2, weights.N * 2)  # fp16 / bf16 rows of A and Y
+        self._row_bytes = (weights.K * weights.np_dtype.itemsize, weights.N * weights.np_dtype.itemsize)
 
     def enqueue(self, a, out, stream: int) -> None:
         ka, ny = self._row_bytes
