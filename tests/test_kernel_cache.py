@@ -267,12 +267,17 @@ def launch_arg(a):
 
 
 class _FakeLib:
+    """numba-cuda 0.30's code library as the launcher meets it: ``get_cufunc`` built and loaded the cubin of
+    the device's own target (``get_cubin()``, cc None: ``(9, 0, "a")`` on an sm_90 GPU); any other ``cc`` is
+    a second compilation, which for a wgmma kernel ptxas refuses (plain sm_90)."""
     _entry_name = "_Z6kernel"
 
     def get_cubin(self, cc=None):  # numba-cuda 0.30 returns a cuda.core ObjectCode
         from cuda.core import ObjectCode
 
-        return ObjectCode.from_cubin(b"CUBIN-" + bytes(str(cc), "ascii"))
+        if cc is not None:
+            raise RuntimeError(f"ptxas: wgmma is not supported on {cc} (a second compilation)")
+        return ObjectCode.from_cubin(b"CUBIN-(9, 0, 'a')")
 
 
 class _FakeOverload:
@@ -342,8 +347,8 @@ def test_ensure_compiles_stores_then_loads_and_falls_back_on_a_bad_cubin(tmp_pat
     assert _CountingKernel.compiles == 1 and not k1.from_cache and cache.stores == 1 and int(k1._func) == 0x1234
     k2 = _CountingKernel(_factory(1), argtypes, name="k")
     k2.ensure()
-    assert _CountingKernel.compiles == 1 and k2.from_cache and loaded == [b"CUBIN-(9, 0)"]
-    assert int(k2._func) == 0x5000 + len(b"CUBIN-(9, 0)") and k2._layout is not None
+    assert _CountingKernel.compiles == 1 and k2.from_cache and loaded == [b"CUBIN-(9, 0, 'a')"]
+    assert int(k2._func) == 0x5000 + len(b"CUBIN-(9, 0, 'a')") and k2._layout is not None
     k2.ensure()  # idempotent
     assert len(loaded) == 1
     # another specialisation: a miss, compiled and stored under its own key

@@ -178,12 +178,14 @@ class Kernel:
         self._layout = _layout_of(self.argtypes)
 
     def _entry_and_cubin(self):
-        """(entry name, cubin) of this process's compilation: numba-cuda-mlir's image, or numba-cuda's
-        code library asked for the current device's cubin."""
+        """(entry name, cubin) of this process's compilation: numba-cuda-mlir's image, or the cubin numba-cuda's
+        code library built and loaded for the current device (``get_cubin()`` without ``cc``: the library keys
+        its cubins by ``(major, minor, "a" or "")``, so asking for ``(9, 0)`` would compile the kernel a second
+        time for plain sm_90, which ptxas refuses for wgmma / setmaxnreg: such kernels were never stored)."""
         if self._image is not None:
             return self._image
         lib = next(iter(self._disp.overloads.values()))._codelibrary
-        return lib._entry_name, lib.get_cubin(cc=_current_cc())
+        return lib._entry_name, lib.get_cubin()
 
     def _load(self, entry: str, cubin: bytes) -> None:
         """Load ``cubin`` through the driver in the current context and keep its function ``entry``."""
