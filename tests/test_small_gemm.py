@@ -224,6 +224,9 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     # past the route's M = 64: 12 and 16 m-tiles (wgmma n = 96 / 128)
     (4, 128, 64, 256, 90, "t1w4u1s3xh", False, "float16"),
     (4, 64, 80, 256, 128, "t1w4u1s3xh", True, "bfloat16"),
+    # MMAs waited for every second super-chunk (p1): 7 super-chunks (an odd last one), split-K over 5 (2 + 3)
+    (4, 64, 80, 448, 40, "t1w4u1p1s3xh", False, "float16"),
+    (4, 32, 64, 320, 60, "t2w4u1p1k2s4xh", True, "bfloat16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with
@@ -269,7 +272,8 @@ def test_shared_activation_tactics_are_checked(rng):
     from numba_nbits.kernels.gemv.mma import build
     from numba_nbits.kernels.gemv.mma_xa import applies
 
-    for bad in ("t1w8u2s4x", "t1w8u1p1s4x", "t1w8u1r4x", "t1w8u1s3ax", "t1w8u1s9x"):
+    for bad in ("t1w8u2s4x", "t1w8u1p1s4x", "t1w8u1r4x", "t1w8u1s3ax", "t1w8u1s9x", "t1w8u1p1xh", "t1w8u1p2s4xh",
+                "t1w6u1s3xh"):
         with pytest.raises(ValueError):
             tactics.Tactic.parse(bad)
     assert applies(8192, 128, 4) and not applies(8200, 128, 4) and not applies(8192, 16, 4)

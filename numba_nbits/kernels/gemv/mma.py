@@ -75,7 +75,9 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     }
     if tac.smem or tac.xa:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})
-        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - (2 if tac.xa else 1))
+        # copies in flight at a super-chunk's wait: stages - 2 (the ring), stages - 3 when MMAs are waited for
+        # every second super-chunk (``wg`` + ``pf``: copies run stages - 2 ahead, ``mma_xa``)
+        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - (3 if tac.wg and tac.pf else 2 if tac.xa else 1))
     if tac.wg:
         from .. import intrinsics_sm90 as _W
 

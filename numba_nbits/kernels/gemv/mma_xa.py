@@ -62,6 +62,12 @@ columns ``2t, 2t + 1, 2t + 8, 2t + 9`` of a step are four consecutive physical k
 (``d`` = (step, rb, kb, row, word), word fastest) by thread ``d % threads``: consecutive shared addresses per warp.
 Each thread fences its landed copies to the async proxy (``fence.proxy.async``) before the barrier; the
 super-chunk's MMAs are waited for (commit + ``wait_group 0``) before the next barrier lets the slot be refilled.
+With ``pf = 1`` the MMAs are waited for every second super-chunk: the loop body is emitted twice (two super-chunks
+per iteration, the second guarded), the second super-chunk is decoded while the first one's MMAs run, and the ring
+copies ``stages - 2`` super-chunks ahead, into the slot of two super-chunks before, whose MMAs the last wait
+completed. (Waiting with ``wait_group 1`` instead, one super-chunk's MMAs left running while the next is decoded,
+made ptxas serialise every ``wgmma``: "non wgmma instructions defining input registers of a wgmma between start
+and end of the pipeline stage", C7513; with one body per iteration it reused the running MMAs' A registers.)
 
 K must be a multiple of the super-chunk and the block 32, 64 or 128 (``applies``); the plan takes the plain
 kernel otherwise.
@@ -205,26 +211,44 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             ring.copy(ind + 1, 0, i, off)
         e(ind, "cp_async_commit()")
 
-    for r in range(S - 1):
+    P = S - 2 if WG and tac.pf else S - 1  # super-chunks copied ahead (MMAs of two super-chunks hold their slots)
+    for r in range(P):
         copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
-    e(1, f"loff = np.uint32({(S - 1) * slot})")
+    e(1, f"loff = np.uint32({P * slot})")
     e(1, "coff = np.uint32(0)")
     e(1, "cc = c0")
     e(1, "while cc < c1:")
-    e(2, "cp_async_wait()")
-    if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
-        e(2, "fence_proxy_async()")
-    e(2, "cuda.syncthreads()")
-    copy_stage(2, f"cc + {S - 1}", "loff")
-    for i in range(TPW):
-        ring.read(2, "q", 0, i, "coff")
-    emit_compute(e, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k, WG)
-    if WG:  # this slot's MMAs done before the next iteration's barrier lets its copies overwrite it
+    INFLIGHT = WG and tac.pf
+
+    def body(x):
+        """One super-chunk, ``x`` levels deeper than the loop body."""
+        ex = (lambda ind, text: e(ind + x, text)) if x else e
+        ex(2, "cp_async_wait()")
+        if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
+            ex(2, "fence_proxy_async()")
+        ex(2, "cuda.syncthreads()")
+        copy_stage(2 + x, f"cc + {P}", "loff")
         for i in range(TPW):
-            e(2, f"acc_{i} = wgmma_wait(acc_{i})")
-    e(2, "loff = coff")
-    e(2, f"coff = coff + np.uint32({slot}) if coff < np.uint32({(S - 1) * slot}) else np.uint32(0)")
-    e(2, "cc += 1")
+            ring.read(2 + x, "q", 0, i, "coff")
+        emit_compute(ex, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k, WG)
+        if WG and (x or not INFLIGHT):  # this slot's (and the pair's) MMAs done before a barrier lets copies in
+            for i in range(TPW):
+                ex(2, f"acc_{i} = wgmma_wait(acc_{i})")
+        last = f"np.uint32({(S - 1) * slot})"
+        if INFLIGHT:
+            ex(2, f"loff = loff + np.uint32({slot}) if loff < {last} else np.uint32(0)")
+        else:
+            ex(2, "loff = coff")
+        ex(2, f"coff = coff + np.uint32({slot}) if coff < {last} else np.uint32(0)")
+        ex(2, "cc += 1")
+
+    body(0)
+    if INFLIGHT:  # two super-chunks per iteration, one wait: the second is decoded while the first's MMAs run
+        e(2, "if cc < c1:")
+        body(1)
+    if WG and tac.pf:  # the MMAs of an odd last super-chunk (the pair's second body did not run)
+        for i in range(TPW):
+            e(1, f"acc_{i} = wgmma_wait(acc_{i})")
     if WG:  # wgmma's accumulator (4 j + r) is mma's (m-tile j, register r): rows g (+8), tokens 8 j + 2 t (+1)
         for i in range(TPW):
             for mt in range(m_tiles):

@@ -136,6 +136,8 @@ class Tactic:
     * ``wg``: with ``xa``, Hopper's warpgroup MMA (tag suffix ``h``): each warpgroup of the CTA issues
       ``wgmma.mma_async`` with its four warps' decoded weights as the register operand and the super-chunk's
       activations from shared memory (``mma_xa`` module docstring); ``warps`` a multiple of 4; sm_90 only.
+      With ``pf = 1`` the MMAs are waited for every second super-chunk (the next one is decoded while they run;
+      the ring then copies ``stages - 2`` super-chunks ahead, so ``stages >= 3``).
     """
 
     tpw: int = 1
@@ -162,8 +164,10 @@ class Tactic:
             raise ValueError(f"gemv_mma: a persistent grid (g) needs the ring kernel (r): {self}")
         if self.smem and (self.ring or self.pf != 1):
             raise ValueError(f"gemv_mma: a shared-memory pipeline (a) needs pf = 1 and no ring kernel: {self}")
-        if self.xa and (self.ring or self.smem or self.unroll != 1 or self.pf):
+        if self.xa and (self.ring or self.smem or self.unroll != 1 or (self.pf and not self.wg)):
             raise ValueError(f"gemv_mma: shared activations (x) need u1, no p/r/a: {self}")
+        if self.wg and self.pf and (self.pf != 1 or self.stages < 3):
+            raise ValueError(f"gemv_mma: warpgroup MMAs waited for every second super-chunk (p1) need 3+ stages: {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
