@@ -227,6 +227,11 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     # MMAs waited for every second super-chunk (p1): 7 super-chunks (an odd last one), split-K over 5 (2 + 3)
     (4, 64, 80, 448, 40, "t1w4u1p1s3xh", False, "float16"),
     (4, 32, 64, 320, 60, "t2w4u1p1k2s4xh", True, "bfloat16"),
+    # activations permuted per call into the slots' order (v): 16-byte ring copies; with p1; 12 m-tiles, 8-bit
+    (4, 128, 80, 256, 24, "t1w4u1s3xhv", False, "float16"),
+    (4, 64, 80, 448, 40, "t1w4u1p1s3xhv", True, "bfloat16"),
+    (4, 128, 64, 256, 90, "t1w4u1s3xhv", False, "float16"),
+    (8, 64, 64, 256, 64, "t1w4u1s4xhv", False, "float16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with
@@ -234,7 +239,7 @@ def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag,
     from numba_nbits.arrays import to_device, to_host
     from numba_nbits.kernels.gemv.mma import GemvMmaPlan
 
-    if tag.endswith("h") and not SIMULATED and not tactics.wgmma_ok(False):
+    if "h" in tag and not SIMULATED and not tactics.wgmma_ok(False):
         pytest.skip("wgmma kernels need an sm_90 GPU and numba-cuda")
     if not SIMULATED:
         N, K = 8 * N, 16 * K

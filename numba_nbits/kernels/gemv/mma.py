@@ -18,14 +18,14 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
-from ...arrays import DevArray, to_device
+from ...arrays import DevArray, device_empty, to_device
 from ...launch import Kernel
 from .. import intrinsics as _I
 from .. import intrinsics_async as _A
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
 from ..family import Plan
-from .layout import MMA_LAYOUTS, TILE_N, Packed, super_chunk
+from .layout import MMA_LAYOUTS, TILE_N, Packed, sizes, super_chunk
 from .mma_ring import gen_ring_source
 from .mma_smem import fitted
 from .mma_source import gen_source
@@ -148,8 +148,16 @@ class GemvMmaPlan(Plan):
             self._cnt = weights.dummy(np.int32)
         if tactic.smem or tactic.xa:  # the shared-memory ring: resident CTAs need shared memory more than L1
             k.prefer_shared(100)
+        a_arg, self._perm = dummy_a, None
+        if tactic.pa:  # A permuted per call into the ring slots' order (``wg_a``); the kernel reads the copy
+            from . import wg_a
+
+            mt = m_tiles(M)
+            super_k, _, group_k, group_steps, _, _, _ = sizes(weights.block_size, weights.bits)
+            a_arg = device_empty((wg_a.words(mt, self.K),), np.uint32, weights.simulated)
+            self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, group_steps, group_k, super_k)
         self._launch = k.bind(grid, 32 * tactic.warps,
-                              (dummy_a, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
+                              (a_arg, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
                                pk.n_super), shared_mem=shared)
 
         # the per-call views' layouts (GPU): enqueue() only moves their pointers when A and Y have the
@@ -170,18 +178,35 @@ class GemvMmaPlan(Plan):
             raise ValueError("gemv_mma: A must be 16-byte aligned")
         L = self._launch
         v = self._views
+        AL = self._perm if self._perm is not None else L  # the launch that reads A
         if self._views_fit(a, out):
-            L.set_array_ptr(0, a.ptr, v[0])
+            AL.set_array_ptr(0, a.ptr, v[0])
             L.set_array_ptr(5, out.ptr, v[1])
         else:
-            L.set_array(0, a.view(np.uint32, (M * K // 2,)))
+            AL.set_array(0, a.view(np.uint32, (M * K // 2,)))
             L.set_array(5, out.view(self._elem, (M * N,)))
+        if self._perm is not None:
+            self._perm.launch(stream)
         L.launch(stream)
 
     def enqueue_runner(self, a_like, o_like):
         if not self._views_fit(a_like, o_like):
             return None
         v = self._views
+        if self._perm is not None:
+            go_a = self._perm.pointer_launcher(((0, v[0]),))
+            go_y = self._launch.pointer_launcher(((5, v[1]),))
+            if go_a is None or go_y is None:
+                return None
+
+            def run_pa(pa, po, stream):
+                if pa & 15:  # as below
+                    return False
+                go_a(pa, stream)
+                go_y(po, stream)
+                return True
+
+            return run_pa
         go = self._launch.pointer_launcher(((0, v[0]), (5, v[1])))
         if go is None:
             return None

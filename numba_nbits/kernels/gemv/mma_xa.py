@@ -69,6 +69,9 @@ completed. (Waiting with ``wait_group 1`` instead, one super-chunk's MMAs left r
 made ptxas serialise every ``wgmma``: "non wgmma instructions defining input registers of a wgmma between start
 and end of the pipeline stage", C7513; with one body per iteration it reused the running MMAs' A registers.)
 
+With ``pa`` the activations arrive already in the slots' order (``wg_a``, one kernel per call), and the ring copies
+each slot's A area as contiguous 16-byte pieces, piece ``tid + j threads``.
+
 K must be a multiple of the super-chunk and the block 32, 64 or 128 (``applies``); the plan takes the plain
 kernel otherwise.
 """
@@ -164,7 +167,15 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     e(1, "rbase = (smem_addr(sm) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
     ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)  # the weights area: mma_smem's fields
     ring.bases(1, f"rbase + np.uint32({a_bytes})")
-    if WG:
+    if WG and tac.pa:
+        # A arrives permuted into the slots' order (``wg_a``): a slot's A area is a contiguous block, 16-byte pieces
+        pieces = a_bytes // 16
+        per = -(-pieces // threads)
+        for j in range(per):
+            e(1, f"asrc_{j} = np.int64(tid) + {j * threads}")
+        e(1, "adst = rbase + tid * np.uint32(16)")
+        e(1, "desc0 = smem_desc(sm, rbase - smem_addr(sm), 128, 256)")
+    elif WG:
         # the thread's A words (module docstring: wgmma's core-matrix layout): word d of a slot's A area is
         # (step s, row block rb, k block kb, row r8, word tt), tt fastest, so destinations are consecutive
         pieces = rows * super_k // 2
@@ -201,7 +212,10 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             if guard:
                 e(jj, f"if np.int64(tid) + {j * threads} < {pieces}:")
                 jj += 1
-            if WG:
+            if WG and tac.pa:
+                e(jj, f"cp_async_16(adst + {off} + np.uint32({16 * j * threads}), a32, asrc_{j} + "
+                      f"np.int64({chunk}) * {a_bytes // 16})")
+            elif WG:
                 e(jj, f"cp_async_4(adst + {off} + np.uint32({4 * j * threads}), a32, asrc_{j} + "
                       f"np.uint32({chunk}) * np.uint32({super_k // 2}))")
             else:

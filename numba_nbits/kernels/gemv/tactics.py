@@ -138,6 +138,8 @@ class Tactic:
       activations from shared memory (``mma_xa`` module docstring); ``warps`` a multiple of 4; sm_90 only.
       With ``pf = 1`` the MMAs are waited for every second super-chunk (the next one is decoded while they run;
       the ring then copies ``stages - 2`` super-chunks ahead, so ``stages >= 3``).
+    * ``pa``: with ``wg``, the activations permuted once per call (``wg_a``, tag suffix ``v``) into the super-chunks'
+      wgmma core-matrix order, so the ring copies them in 16-byte pieces instead of 4-byte ones.
     """
 
     tpw: int = 1
@@ -152,6 +154,7 @@ class Tactic:
     smem: bool = False
     xa: bool = False
     wg: bool = False
+    pa: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
@@ -168,6 +171,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: shared activations (x) need u1, no p/r/a: {self}")
         if self.wg and self.pf and (self.pf != 1 or self.stages < 3):
             raise ValueError(f"gemv_mma: warpgroup MMAs waited for every second super-chunk (p1) need 3+ stages: {self}")
+        if self.pa and not self.wg:
+            raise ValueError(f"gemv_mma: permuted activations (v) need warpgroup MMAs (h): {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
@@ -193,17 +198,19 @@ class Tactic:
             s += "x"
         if self.wg:
             s += "h"
+        if self.pa:
+            s += "v"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a, x, h = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x, h, v = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a), bool(x), bool(h))
+                      int(gr or 0), bool(a), bool(x), bool(h), bool(v))
 
 
 def _table_path(gpu: str) -> Path:
