@@ -302,11 +302,11 @@ def test_supports_guards():
     assert GT.supports(Problem(M=16, **base))
     assert GT.supports(Problem(M=64, **base))  # past 16: the fused_gemm route's kernels
     assert not GT.supports(Problem(M=65, **base))
-    # past 64 only where the warpgroup kernel has a tactic (sm_90, 4-bit block 128, wide N; M = 97..128 on the
-    # widest runs as two M <= 64 plans instead: ``wide_split``)
+    # past 64 only where the warpgroup kernel has a tactic (sm_90, 4-bit block 128, N >= 8192)
     wide = {**base, "N": 28672, "K": 8192, "block_size": 128}
     assert GT.supports(Problem(M=96, **wide)) and not GT.supports(Problem(M=96, **wide, sm=80))
-    assert not GT.supports(Problem(M=97, **wide)) and GT.supports(Problem(M=128, **{**wide, "N": 8192}))
+    assert GT.supports(Problem(M=128, **wide)) and GT.supports(Problem(M=128, **{**wide, "N": 8192}))
+    assert not GT.supports(Problem(M=128, **{**wide, "N": 4096})) and not GT.supports(Problem(M=129, **wide))
     assert not GT.supports(Problem(M=0, **base))
     assert not GT.supports(Problem(M=1, **{**base, "dtype": "float32"}))
     assert GT.supports(Problem(M=1, **{**base, "bits": 8}))

@@ -87,59 +87,6 @@ def test_unaligned_A_falls_back_to_dequantize_cublas(rng):
     assert relative_error(y, aligned.astype(np.float64)) <= TOL["float16"]
 
 
-@pytest.fixture
-def small_wide_split(monkeypatch):
-    """``wide_split`` from 64 rows (the simulator's sizes), with dispatch's decisions made afresh."""
-    from numba_nbits.dispatch.select import _select
-
-    monkeypatch.setattr(tactics, "WG_MIN_N", 64)
-    _select.cache_clear()
-    yield
-    _select.cache_clear()
-
-
-@pytest.mark.parametrize("M, dtype, bias", [(97, "float16", True), (128, "bfloat16", False)])
-def test_rows_past_96_run_as_two_launches(rng, small_wide_split, M, dtype, bias):
-    """M = 97..128 where ``wide_split`` says so: rows 0..63 and 64..M-1 by their own plans, one answer within
-    tolerance of the oracle, bias added once; an unaligned A falls back in each part."""
-    from numba_nbits.arrays import DevArray, to_device, to_host
-    from numba_nbits.kernels.gemv.small_gemm import RowSplitPlan
-
-    N, K = 72, 256
-    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=bias)
-    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
-    assert op.route(M) == "fused_gemm"
-    Y = np.asarray(op(A)).astype(np.float64)
-    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
-    assert relative_error(Y, ref) <= TOL[dtype]
-    plan = op._entries[M].plan
-    assert isinstance(plan, RowSplitPlan) and plan.chunks == ((0, 64), (64, M - 64))
-    assert "_mt8_" in plan.kernel.split("|")[0] and f"_mt{tactics.m_tiles(M - 64)}_" in plan.kernel.split("|")[1]
-    assert plan.kernel.endswith("+bias_add") == bias
-    src = to_device(np.concatenate([np.zeros(4, A.dtype), A.reshape(-1)]), SIMULATED)
-    a = src.offset(8, (M, K))  # 8 bytes in: not 16-byte aligned
-    if SIMULATED:  # simulated device arrays have no addresses; give this view one
-        a = DevArray(8, a.shape, a.strides, a.dtype, a.owner)
-    out = to_device(np.zeros((M, N), A.dtype), SIMULATED)
-    plan.run(a, out, 0)
-    assert all(p._fallback is not None for p in plan.parts)
-    assert relative_error(to_host(out).astype(np.float64), ref) <= TOL[dtype]
-
-
-def test_rows_past_96_split_only_where_measured():
-    from numba_nbits.dispatch.problem import Problem
-
-    def P(M, N, K=8192):
-        return Problem(M=M, N=N, K=K, bits=4, block_size=128, dtype="float16")
-
-    assert [tactics.wide_split(P(m, 28672)) for m in (64, 96, 97, 128, 129)] == [0, 0, 64, 64, 0]
-    assert tactics.wide_split(P(128, 128256, 4096)) == 64
-    assert tactics.wide_split(P(128, 8192, 28672)) == 0 and tactics.wide_tactic(P(128, 8192, 28672)).tag == \
-        "t2w8u1k4s3xh"
-    assert tactics.wide_split(P(128, 14336, 4096)) == 0 and not tactics.wide_serves(P(128, 14336, 4096))
-    assert tactics.wide_split(Problem(M=128, N=28672, K=8192, bits=4, block_size=128, dtype="float16", sm=80)) == 0
-
-
 @pytest.mark.parametrize("N, M, tag", [
     (28672, 17, "t2w4u1"), (28672, 32, "t1w8u1p1"), (28672, 48, "t2w4u1p1"), (28672, 64, "t2w4u1"),
     (4096, 24, "t1w8u1p1"), (4096, 40, "t1w4u2p1"), (4096, 64, "t1w4u2p1"),
@@ -164,11 +111,13 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
 
 
 @pytest.mark.parametrize("N, K, block, bits, M, tag", [
-    (28672, 8192, 128, 4, 64, "t2w8u1s3xh"), (24576, 4096, 128, 4, 49, "t2w8u1s3xh"),
-    (128256, 4096, 128, 4, 64, "t2w8u1s3b2xh"),  # LM heads: launch bounds for two CTAs per SM
-    (8192, 28672, 128, 4, 64, "t2w8u1k4s3xh"),  # few rows: K split 4 ways
+    (28672, 8192, 128, 4, 64, "t2w8u1s3xhv"), (24576, 4096, 128, 4, 49, "t2w8u1s3xhv"),  # A permuted per call
+    (128256, 4096, 128, 4, 64, "t2w8u1s3b2xhv"),  # LM heads: launch bounds for two CTAs per SM
+    (28672, 8192, 128, 4, 32, "t2w8u1s3b2xhv"), (128256, 4096, 128, 4, 25, "t2w8u1s3b2xhv"),  # 4 m-tiles: too
+    (8192, 28672, 128, 4, 64, "t2w8u1k4s3xh"),  # few rows: K split 4 ways, A as it is
+    (8192, 28672, 128, 4, 32, "t2w4u1k4s4x"),  # ... and at 4 m-tiles the mma.sync kernel
     (28672, 8192, 128, 4, 48, "t2w4u1s4x"),  # 6 m-tiles: the mma.sync kernel
-    (14336, 4096, 128, 4, 64, "t2w4u1s4x"),  # 14336 rows: the mma.sync kernel
+    (14336, 4096, 128, 4, 64, "t2w4u1s4x"), (14336, 4096, 128, 4, 32, "t2w4u1s4x"),  # 14336 rows: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
     (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
     (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
@@ -181,12 +130,11 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 
 @requires_gpu
 @pytest.mark.parametrize("N, K, M, tag, dtype", [
-    (24576, 1024, 60, "t2w8u1s3xh", "float16"),
+    (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
-    (24576, 1024, 96, "t2w8u1s3xh", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xh", "float16"),
-    (12288, 1024, 70, "t1w8u1s3xh", "float16"),
-    # M = 97..128 on >= 24576 rows: two launches (``wide_split``), M = 64 then M - 64 rows
-    (24576, 1024, 112, "t2w8u1s3xh|t2w4u1s4x", "float16"), (24576, 1024, 128, "t2w8u1s3xh|t2w8u1s3xh", "bfloat16"),
+    (24576, 1024, 96, "t1w8u1s3xhv", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
+    (12288, 1024, 70, "t1w8u1s3xhv", "float16"), (24576, 1024, 112, "t1w8u1s3xhv", "float16"),
+    (24576, 1024, 128, "t1w8u1s3xhv", "bfloat16"),
 ])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     """On an sm_90 GPU under numba-cuda a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
@@ -197,7 +145,7 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
     Y = np.asarray(op(A)).astype(np.float64)
     plan = op._entries[M].plan
-    assert op.explain(M).name == "fused_gemm" and (plan.tactic if "|" in tag else plan.tactic.tag) == tag
+    assert op.explain(M).name == "fused_gemm" and plan.tactic.tag == tag
     ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
     assert relative_error(Y, ref) <= TOL[dtype]
     if dtype != "float16":
@@ -231,6 +179,7 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     (4, 128, 80, 256, 24, "t1w4u1s3xhv", False, "float16"),
     (4, 64, 80, 448, 40, "t1w4u1p1s3xhv", True, "bfloat16"),
     (4, 128, 64, 256, 90, "t1w4u1s3xhv", False, "float16"),
+    (4, 64, 80, 256, 128, "t1w4u1s3xhv", True, "bfloat16"),  # 16 m-tiles, zero points
     (8, 64, 64, 256, 64, "t1w4u1s4xhv", False, "float16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):

@@ -13,21 +13,20 @@ From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the 
 (``mma_xa``): the warps of a CTA share each K step's activations through shared memory instead of each
 re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
 (one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
-sm_90 GPU under numba-cuda, at M = 49..64 on wide block-128 weights, that kernel issues Hopper's warpgroup MMAs
-(``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``. Past M = 64 (to 128) the route serves
-only what that warpgroup kernel (12 / 16 m-tiles: wgmma n = 96 / 128) was measured to do faster than dequantize +
-cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest keeps ORT's chain.
-On N >= 24576 rows M = 97..128 runs as two launches of the M <= 64 kernels (``RowSplitPlan``, ``wide_split``),
-which beat the 16-m-tile kernel there.
+sm_90 GPU under numba-cuda, at M = 25..32 and 49..64 on wide block-128 weights, that kernel issues Hopper's
+warpgroup MMAs (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``, most of them with the
+activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 128)
+the route serves only what that warpgroup kernel (12 / 16 m-tiles: wgmma n = 96 / 128) was measured to do faster
+than dequantize + cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest
+keeps ORT's chain.
 
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..128 as above), and 2-bit
 M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
 
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
-28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``
-and ``-wgmma-xa``): 1.66x at M = 17, 1.59x at 32, 1.21x at 48, 1.10x at 64; 1.8-4.8x faster than dequantize +
-cuBLAS; at M = 96 / 128 1.3-2.1x faster than dequantize + cuBLAS where it takes the call, still 0.59-0.88x of
-cuBLAS on fp16 weights (``-wg-wide``, run 4). The plain
+28672x8192, 8192x28672, 14336x4096, 4096x14336 and 128256x4096; ``benchmarks/results/2026-12-04-h200-wg-pa``,
+run 3): 1.68x at M = 32, 1.17x at 64, 0.88x at 96, 0.75x at 128 (1.66x at M = 17, 1.21x at 48:
+``-gemm-xa``, ``-wgmma-xa``); 1.6-3.9x faster than dequantize + cuBLAS. The plain
 kernel re-reads the activations once per warp's rows, so past M = 16 the L2 traffic of A, not the weights,
 bounds it; the shared-activation kernel reads them once per 128 rows and is bound by latency at low occupancy
 (ncu in the same results).
@@ -40,12 +39,10 @@ zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..family import KernelFamily, Plan
+from ..family import KernelFamily
 from . import core
 from .mma import TensorCorePlan
-from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, WG_MIN_N, XA_MIN_N, XA_NOSPLIT_N, wide_serves, wide_split
+from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, XA_MIN_N, wide_serves
 
 ROUTE = "fused_gemm"
 
@@ -62,7 +59,7 @@ def unmet(problem):
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
         yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90 under numba-cuda, 4-bit "
-               f"block 128, K % 128 == 0, N >= {XA_MIN_N}; M <= 96 on {XA_NOSPLIT_N}..{WG_MIN_N - 1} rows)")
+               f"block 128, K % 128 == 0, N >= {XA_MIN_N})")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 
@@ -81,58 +78,11 @@ def _dequant_plan(weights, problem, config):
     return dequant.build(weights, problem, cfg, route)
 
 
-class RowSplitPlan(Plan):
-    """M = 97..128 on wide weights as two launches (``tactics.wide_split``): rows ``0..rows-1`` of A and Y, then
-    ``rows..M-1``, each by the ``TensorCorePlan`` of its own row count (its own default tactic). ``run`` only
-    offsets pointers (graph-capturable); ``kernel`` / ``tactic`` name both parts (``head|tail``)."""
-
-    def __init__(self, weights, problem, route: str, config, rows: int):
-        M = problem.M
-        self.route = route
-        self.chunks = ((0, rows), (rows, M - rows))
-        self.parts = tuple(TensorCorePlan(weights, sub, route, lambda sub=sub: _dequant_plan(weights, sub, config))
-                           for sub in (replace(problem, M=n) for _, n in self.chunks))
-        self.kernel = "|".join(p.kernel for p in self.parts)
-        self.tactic = "|".join(p.tactic.tag for p in self.parts)
-        self._row_bytes = (weights.K * weights.np_dtype.itemsize, weights.N * weights.np_dtype.itemsize)
-
-    def enqueue(self, a, out, stream: int) -> None:
-        ka, ny = self._row_bytes
-        K, N = a.shape[-1], out.shape[-1]
-        if not (a.c_contiguous and out.c_contiguous):
-            raise ValueError(f"{self.route}: A and Y must be C-contiguous")
-        for (r0, n), part in zip(self.chunks, self.parts):
-            part.enqueue(a.offset(r0 * ka, (n, K)), out.offset(r0 * ny, (n, N)), stream)
-
-    def enqueue_runner(self, a_like, o_like):
-        ka, ny = self._row_bytes
-        K, N = a_like.shape[-1], o_like.shape[-1]
-        runs = []
-        for (r0, n), part in zip(self.chunks, self.parts):
-            r = part.enqueue_runner(a_like.offset(r0 * ka, (n, K)), o_like.offset(r0 * ny, (n, N)))
-            if r is None:
-                return None
-            runs.append((r0 * ka, r0 * ny, r))
-        (_, _, head), (da, dy, tail) = runs
-
-        def run(pa, po, stream):
-            if not head(pa, po, stream):  # an unaligned A (nothing launched): ``enqueue`` falls back
-                return False
-            tail(pa + da, po + dy, stream)  # the same alignment: row offsets are multiples of 16 bytes
-            return True
-
-        return run
-
-
 def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``; ``tactic``: a ``tactics.Tactic`` (default:
-    ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16, ``wide_tactic`` past 64, or two
-    launches where ``wide_split`` says so)."""
+    ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16, ``wide_tactic`` past 64)."""
     core.check(ROUTE, unmet(problem))
     core.check(ROUTE, core.weights_unmet(weights, problem))
-    rows = wide_split(problem) if tactic is None else 0
-    if rows:
-        return RowSplitPlan(weights, problem, route, config, rows)
     return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
 
 

@@ -316,12 +316,13 @@ XA_MIN_N = 8192
 XA_NOSPLIT_N = 12288
 XA_KSPLIT = 4
 #: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, block 128 (the
-#: only block measured), ``WG_M_TILES`` m-tiles (M = 49..64; at 4 m-tiles the ``mma.sync`` kernel was as fast),
-#: 256 rows per CTA (two warpgroups, two tiles per warp) on N >= ``WG_MIN_N``, with ``launch_bounds`` for two CTAs
-#: per SM on N >= ``WG_MINB_N``, and with K split ``XA_KSPLIT`` ways on ``XA_MIN_N <= N < XA_NOSPLIT_N``
+#: only block measured), ``WG_M_TILES`` m-tiles (M = 25..32 and 49..64), activations permuted per call (``pa``)
+#: where that was faster: on N >= ``WG_MIN_N`` rows (``gemm_tactic``; launch bounds for two CTAs per SM at 4
+#: m-tiles and from ``WG_MINB_N`` rows), and at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
+#: ``XA_KSPLIT`` ways; past M = 64 ``wide_tactic``
 WG_BITS = (4,)
 WG_BLOCKS = (128,)
-WG_M_TILES = 8
+WG_M_TILES = (4, 8)
 WG_MIN_N = 24576
 WG_MINB_N = 65536
 
@@ -341,11 +342,14 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
                 wg_ok: bool = False) -> Tactic:
     """The launch shape past M = 16 (3..8 m-tiles).
 
-    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU under numba-cuda), 4-bit block-128 weights at 8 m-tiles
-    (M = 49..64) take the warpgroup-MMA kernel: ``t2w8u1s3xh`` on N >= ``WG_MIN_N`` (``t2w8u1s3b2xh`` from
-    ``WG_MINB_N``), ``t2w8u1k4s3xh`` on ``XA_MIN_N <= N < XA_NOSPLIT_N``: against the ``mma.sync`` kernels'
-    default 97.5 / 112.8 us (28672x8192), 185.8 / 222.3 (128256x4096), 116.6 / 129.8 (8192x28672) at M = 64;
-    on 14336 and 4096 rows, and at 4 m-tiles, it was slower (``benchmarks/results/2026-12-04-h200-wgmma-xa``).
+    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU under numba-cuda), 4-bit block-128 weights at 4 and 8 m-tiles
+    (M = 25..32, 49..64) take the warpgroup-MMA kernel with permuted activations on N >= ``WG_MIN_N``:
+    ``t2w8u1s3b2xhv`` at 4 m-tiles and from ``WG_MINB_N`` rows, else ``t2w8u1s3xhv``; at 8 m-tiles on
+    ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there). Against the
+    previous default at M = 64: 82.8 us against 96.0 (28672x8192), 144.1 against 187.8 (128256x4096); at M = 32:
+    62.9 against 69.3, 107.5 against 134.0; on 14336 and 4096 rows, and at 4 m-tiles on 8192 rows, the ``mma.sync``
+    kernels stayed as fast or faster (``benchmarks/results/2026-12-04-h200-wg-pa``; waiting for the MMAs every
+    second super-chunk, ``p1``, was no faster).
     Otherwise, with K and the block given, 4-bit weights with >= 4 m-tiles (M >= 25) take the shared-activation kernel
     ``t2w4u1s4x`` (``mma_xa``: 128 rows per CTA, 4-slot ring) on N >= ``XA_NOSPLIT_N`` rows, and at 4 m-tiles
     (M = 25..32) ``t2w4u1k4s4x`` (K split 4 ways) on ``XA_MIN_N <= N < XA_NOSPLIT_N``, where it applies (K a
@@ -357,10 +361,11 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     if (K is None or block_size is None or bits not in XA_BITS or N < XA_MIN_N or mt < XA_MIN_M_TILES
             or not xa_applies(K, block_size, bits)):
         return plain_gemm_tactic(N, M)
-    if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt == WG_M_TILES:
+    if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt in WG_M_TILES:
         if N >= WG_MIN_N:
-            return Tactic(2, 8, 1, stages=3, minb=2 if N >= WG_MINB_N else 0, xa=True, wg=True)
-        if N < XA_NOSPLIT_N:
+            minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
+            return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
+        if N < XA_NOSPLIT_N and mt == WG_M_TILES[1]:
             return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
     if N >= XA_NOSPLIT_N:
         return Tactic(2, 4, 1, stages=4, xa=True)
@@ -376,7 +381,7 @@ def _backend_has_wgmma() -> bool:
 
 
 def _wide_ok(p) -> bool:
-    """The needs of every kernel past M = 64 (``wide_tactic``, ``wide_split``)."""
+    """The needs of every kernel past M = 64 (``wide_tactic``)."""
     return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
@@ -384,52 +389,35 @@ def _wide_ok(p) -> bool:
 
 
 def wide_tactic(problem) -> Tactic | None:
-    """The warpgroup-MMA tactic that serves M = 65..128 in one launch (12 / 16 m-tiles), or None. Past M = 64
-    the ``fused_gemm`` route takes a problem only where this or ``wide_split`` serves it, i.e. where a kernel of
-    ours was measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. Both need an sm_90
-    device (``problem.sm``) under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A,
-    zero points none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then
+    """The warpgroup-MMA tactic that serves M = 65..128 (12 / 16 m-tiles: wgmma n = 96 / 128), or None. Past M = 64
+    the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was measured faster than
+    ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device (``problem.sm``) under
+    numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points none/packed, K a
+    multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with activations permuted per
+    call (``pa``):
 
-    * N >= ``WG_MIN_N``, 12 m-tiles (M = 65..96): ``t2w8u1s3xh`` (256 rows per CTA); 16 m-tiles: ``wide_split``;
-    * ``XA_MIN_N <= N < XA_NOSPLIT_N``: ``t2w8u1k4s3xh`` (K split 4 ways);
-    * ``XA_NOSPLIT_N <= N < WG_MIN_N``, 12 m-tiles only: ``t1w8u1s3xh`` (128 rows per CTA);
-    * else None (fewer than ``XA_MIN_N`` rows, or 16 m-tiles on 12288..24575 rows).
+    * N >= ``XA_NOSPLIT_N``: ``t1w8u1s3xhv`` (128 rows per CTA; 106 / 122 registers at 12 / 16 m-tiles);
+    * ``XA_MIN_N <= N < XA_NOSPLIT_N``: ``t2w8u1k4s3xhv`` (K split 4 ways);
+    * else None (fewer than ``XA_MIN_N`` rows).
 
-    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-wide`` (4-bit block 128 fp16, M = 96 and
-    128; ``bench_small_gemm``): against dequantize + cuBLAS at M = 96 / 128, 147.3 / 239.8 us against 277.8 /
-    285.4 (28672x8192), 169.7 / 226.6 against 288.3 / 294.1 (8192x28672), 300.1 / 489.2 against 636.7 / 643.2
-    (128256x4096), 56.4 against 75.1 (14336x4096, M = 96; at 128 80.4 against 76.3); on 4096x14336 every tactic
-    was slower (104.4 / 144.3 against 78.8 / 79.2). With launch bounds for two CTAs per SM (``t2w8u1s3b2xh``, 128
-    registers) the kernel was 1.6x slower at 12 m-tiles and 7-8x at 16, so none are set."""
+    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16, M = 96 and
+    128; ``bench_small_gemm``): at M = 96 / 128, 106.0 / 147.4 us against the previous default's 148.6 / 188.7
+    (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels), 159.0 / 194.7 against 169.6 /
+    226.8 (8192x28672), at M = 128 42.6 against dequantize + cuBLAS's 76.0 (14336x4096); on 4096x14336 every
+    tactic was slower than dequantize + cuBLAS (122.1 against 79.2)."""
     p = problem
     if not _wide_ok(p):
         return None
-    mt = m_tiles(p.M)
-    if p.N >= WG_MIN_N:
-        return Tactic(2, 8, 1, stages=3, xa=True, wg=True) if mt == WG_M_TILES_BEYOND[0] else None
-    if XA_MIN_N <= p.N < XA_NOSPLIT_N:
-        return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
-    if XA_NOSPLIT_N <= p.N and mt == WG_M_TILES_BEYOND[0]:
-        return Tactic(1, 8, 1, stages=3, xa=True, wg=True)
+    if p.N >= XA_NOSPLIT_N:
+        return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True)
+    if p.N >= XA_MIN_N:
+        return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     return None
 
 
 def wide_serves(problem) -> bool:
-    """Whether a kernel of ours serves ``problem`` past M = 64 (``wide_tactic`` or ``wide_split``)."""
-    return wide_tactic(problem) is not None or wide_split(problem) > 0
-
-
-#: rows of the first of the two launches ``wide_split`` makes of M = 97..128
-WG_SPLIT_ROWS = 64
-
-
-def wide_split(problem) -> int:
-    """``WG_SPLIT_ROWS`` where M = 97..128 on N >= ``WG_MIN_N`` rows runs as two launches of the M <= 64 kernels
-    (rows 0..63, then 64..M-1, each with its own default tactic), else 0. The 16-m-tile warpgroup kernel (255
-    registers) took 239.8 us at 28672x8192 and 489.2 on the LM head at M = 128, where one M = 64 call took 99.4 and
-    188.7 (``benchmarks/results/2026-12-04-h200-wg-wide``, runs 2 and 3, and ``-wgmma-xa``)."""
-    p = problem
-    return WG_SPLIT_ROWS if (_wide_ok(p) and p.N >= WG_MIN_N and p.M > 8 * WG_M_TILES_BEYOND[0]) else 0
+    """Whether a kernel of ours serves ``problem`` past M = 64 (``wide_tactic``)."""
+    return wide_tactic(problem) is not None
 
 
 def plain_gemm_tactic(N: int, M: int) -> Tactic:
