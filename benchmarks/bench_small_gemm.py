@@ -210,8 +210,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.tiny:
         a.shapes, a.M, a.tactics = ["64x256"], [30], ["t1w4u1p1"]
-    if any(not 17 <= m <= 128 for m in a.M):
-        ap.error("--M must be in 17..128 (past 64 only the warpgroup tactics, h, have kernels)")
+    if any(not 17 <= m <= 256 for m in a.M):
+        ap.error("--M must be in 17..256 (past 64 only the warpgroup tactics, h, have kernels)")
 
     def emit(r):
         print(f"{r['shape']:12s} b{r['block']:<4d} M={r['M']:<3d} {r['what']:30s} {r['us']:9.2f} us "

@@ -357,7 +357,7 @@ _KNOBS: tuple[_Knob, ...] = (
         _parse_bool, "bool", "true",
         "bool: 0/1/true/false; config wins over env",
         "the `fused_gemm` route: the fused tensor-core kernels serve M = 17..64 (and 2-bit M = 9..16; on sm_90 "
-        "wide 4-bit block-128 weights to M = 128) instead of ORT's dequantize + cuBLAS; false: ORT's dispatch "
+        "wide 4-bit block-128 weights to M = 256) instead of ORT's dequantize + cuBLAS; false: ORT's dispatch "
         "chain exactly",
     ),
 )

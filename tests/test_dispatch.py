@@ -176,8 +176,11 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
     (28672, 8192, 128, "t1w8u1s3xhv"), (128256, 4096, 100, "t1w8u1s3xhv"),
     (8192, 28672, 96, "t2w8u1k4s3xhv"), (8192, 28672, 128, "t2w8u1k4s3xhv"),
     (14336, 4096, 96, "t1w8u1s3xhv"), (14336, 4096, 97, "t1w8u1s3xhv"), (12288, 4096, 128, "t1w8u1s3xhv"),
-    (4096, 14336, 96, None), (8184, 4096, 96, None),  # fewer than 8192 rows: ORT's chain
-    (28672, 8192, 64, None), (28672, 8192, 129, None),
+    (28672, 8192, 129, "t1w8u1s3xhv"), (28672, 8192, 256, "t1w8u1s3xhv"), (14336, 4096, 200, "t1w8u1s3xhv"),
+    (8192, 28672, 129, None), (8192, 28672, 256, None),  # 8192..12287 rows: to M = 128
+    (4096, 14336, 96, "t1w8u1k4s3xhv"), (4096, 14336, 97, None),  # down projections: 12 m-tiles only
+    (4096, 4096, 96, None), (8184, 4096, 96, None),  # short K, or N short of 8192 rows: ORT's chain
+    (28672, 8192, 64, None), (28672, 8192, 257, None),
 ])
 def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, K, M, tag):
     """M = 65..128 (``tactics.wide_tactic``): the fused GEMM on sm_90 where its warpgroup kernel was measured faster

@@ -306,7 +306,7 @@ def test_supports_guards():
     wide = {**base, "N": 28672, "K": 8192, "block_size": 128}
     assert GT.supports(Problem(M=96, **wide)) and not GT.supports(Problem(M=96, **wide, sm=80))
     assert GT.supports(Problem(M=128, **wide)) and GT.supports(Problem(M=128, **{**wide, "N": 8192}))
-    assert not GT.supports(Problem(M=128, **{**wide, "N": 4096})) and not GT.supports(Problem(M=129, **wide))
+    assert not GT.supports(Problem(M=128, **{**wide, "N": 4096})) and not GT.supports(Problem(M=257, **wide))
     assert not GT.supports(Problem(M=0, **base))
     assert not GT.supports(Problem(M=1, **{**base, "dtype": "float32"}))
     assert GT.supports(Problem(M=1, **{**base, "bits": 8}))

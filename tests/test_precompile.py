@@ -93,9 +93,10 @@ def test_M_range_reduction_rule(monkeypatch):
     # GEMM's run, of each m-tile count (25, 33, 49) and nothing else; elsewhere powers of two and the max
     assert pc.plan_Ms(llama, range(1, 4097), cfg, 90) == list(range(1, 18)) + [25, 33, 49, 65, 128, 256, 512, 1024,
                                                                                2048, 4096]
-    # wide 4-bit block-128 weights on sm_90: the fused GEMM to 128 (12 m-tiles from 65, two launches from 97)
+    # wide 4-bit block-128 weights on sm_90: the fused GEMM to 256 (12 / 16 / 24 / 32 m-tiles from 65 / 97 / 129 / 193)
     wide = Signature(28672, 8192, 4, 128)
-    assert pc.plan_Ms(wide, range(1, 257), cfg, 90)[17:] == [25, 33, 49, 65, 97, 129, 256]
+    assert pc.plan_Ms(wide, range(1, 257), cfg, 90)[17:] == [25, 33, 49, 65, 97, 129, 193]
+    assert pc.plan_Ms(wide, range(1, 513), cfg, 90)[17:] == [25, 33, 49, 65, 97, 129, 193, 257, 512]
     assert pc.plan_Ms(wide, range(1, 257), cfg, 80)[17:] == [25, 33, 49, 65, 128, 256]
     assert pc.plan_Ms(wide, range(1, 61), cfg, 90)[17:] == [25, 33, 49]  # a fused run's last M is not kept
     assert pc.plan_Ms(llama, range(1, 3001), cfg, 90)[-2:] == [2048, 3000]

@@ -134,7 +134,8 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
     (24576, 1024, 96, "t1w8u1s3xhv", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
     (12288, 1024, 70, "t1w8u1s3xhv", "float16"), (24576, 1024, 112, "t1w8u1s3xhv", "float16"),
-    (24576, 1024, 128, "t1w8u1s3xhv", "bfloat16"),
+    (24576, 1024, 128, "t1w8u1s3xhv", "bfloat16"), (24576, 1024, 200, "t1w8u1s3xhv", "float16"),
+    (16384, 2048, 256, "t1w8u1s3xhv", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
 ])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     """On an sm_90 GPU under numba-cuda a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
@@ -180,6 +181,7 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     (4, 64, 80, 448, 40, "t1w4u1p1s3xhv", True, "bfloat16"),
     (4, 128, 64, 256, 90, "t1w4u1s3xhv", False, "float16"),
     (4, 64, 80, 256, 128, "t1w4u1s3xhv", True, "bfloat16"),  # 16 m-tiles, zero points
+    (4, 128, 64, 256, 200, "t1w4u1s3xhv", False, "float16"),  # 32 m-tiles (wgmma n = 256)
     (8, 64, 64, 256, 64, "t1w4u1s4xhv", False, "float16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):

@@ -155,8 +155,8 @@ def test_descriptor_fields():
     assert int(d) >> 46 == 0  # base offset 0, layout type 0 (no swizzle)
     with pytest.raises(ValueError, match="lbo=8 must be a non-negative multiple of 16"):
         W.smem_desc(arr, 0, 8, 256)
-    with pytest.raises(ValueError, match="n must be one of"):
-        W.wgmma(136, False)
+    with pytest.raises(ValueError, match="n must be one of"):  # 8..256 in steps of 8
+        W.wgmma(264, False)
 
 
 _ASSEMBLE = r'''

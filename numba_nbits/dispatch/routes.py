@@ -7,7 +7,7 @@ GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") �
 cuBLAS, chunked along N or whole.
 
 One route is ours, not the spec's: ``fused_gemm`` (``kernels/gemv/small_gemm.py``), between the GEMVs and
-dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 128:
+dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 256:
 ``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the dequantize + cuBLAS it replaces
 there on the H200. ``numba_nbits.fused_gemm`` /
 ``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. Each guard is a pure predicate over ``(Problem, Config)`` with the
@@ -149,7 +149,7 @@ bits_2_4_8 = G("bits_in_2_4_8", "bits in {2, 4, 8}", lambda p, c: p.bits in (2, 
 #: the largest M the fused small GEMM serves (``kernels.gemv.tactics.MAX_M``; a guard test checks they agree),
 #: and to ``FUSED_GEMM_WIDE_MAX_M`` (``tactics.WG_MAX_M``) where its warpgroup kernel has a measured tactic
 FUSED_GEMM_MAX_M = 64
-FUSED_GEMM_WIDE_MAX_M = 128
+FUSED_GEMM_WIDE_MAX_M = 256
 
 
 def _fused_gemm_m(p: Problem, c: Config) -> bool:
@@ -163,7 +163,7 @@ def _fused_gemm_m(p: Problem, c: Config) -> bool:
 
 fused_gemm_m = G("fused_gemm_m", f"M <= {FUSED_GEMM_MAX_M}, or M <= {FUSED_GEMM_WIDE_MAX_M} where the warpgroup "
                  "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, numba-cuda, 4-bit block 128, "
-                 "N >= 8192)", _fused_gemm_m)
+                 "N >= 12288; M <= 128 on 8192..12287 rows, M <= 96 on 4096..8191 rows with K >= 12288)", _fused_gemm_m)
 
 # ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)
 fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p, c: p.dtype in ("float16", "bfloat16"))
@@ -218,7 +218,7 @@ ROUTES: tuple = (
           "add", "2-bit fused GEMV, M = 1..8 (spec §4.3); tensor cores for fp16/bf16, block <= 128"),
     Route("fused_gemm", "fused_gemm", FUSED + (fused_gemm_enabled, tensor_core_dtype, bits_2_4_8, m_positive,
                                                fused_gemm_m, block_in({16, 32, 64, 128})),
-          "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs, M <= 128 on wide 4-bit block-128 "
+          "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs, M <= 256 on wide 4-bit block-128 "
                  "weights on sm_90 (ours, not ORT's chain; NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
     Route("dequant_cublas_chunked", "dequant", (no_g_idx, chunk_rule),
           "add", "dequantize N-chunks into scratch + cuBLAS GEMM per chunk (spec §6)"),

@@ -50,7 +50,7 @@ from .. import backend as _backend
 
 SIMULATED = bool(_nb_config.ENABLE_CUDASIM)
 MLIR = not SIMULATED and _backend.NAME == "mlir"  # numba-cuda-mlir compiles the kernels (see the end)
-WGMMA_N = tuple(range(8, 136, 8))  # n = 8, 16, ..., 128 (the fused GEMM's 8 * m_tiles tokens)
+WGMMA_N = tuple(range(8, 264, 8))  # n = 8, 16, ..., 256 (the fused GEMM's 8 * m_tiles tokens)
 MLIR_WGMMA_N = (8,)  # the shapes numba-cuda-mlir can compile (``wgmma``'s error says why)
 _WINDOW = 1 << 18  # the shared window a descriptor's 14-bit (address >> 4) field spans
 

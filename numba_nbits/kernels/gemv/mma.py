@@ -232,7 +232,7 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
     if problem.bits != weights.bits:
         raise ValueError(f"gemv_mma: problem bits={problem.bits} but weights bits={weights.bits}")
     tac = tactic
-    if tac is None and problem.M > MAX_M:  # 12 / 16 m-tiles: the warpgroup kernel (``supports`` checked it has one)
+    if tac is None and problem.M > MAX_M:  # 12..32 m-tiles: the warpgroup kernel (``supports`` checked it has one)
         tac = wide_tactic(problem)
     if tac is None:
         tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits,

@@ -91,8 +91,10 @@ from .mma_source import (
     emit_zero_points,
 )
 
-#: dynamic shared memory one CTA may use (bytes; sm_80 has 163 KiB, sm_90 227 KiB)
+#: dynamic shared memory one CTA may use (bytes; sm_80 has 163 KiB, sm_90 227 KiB): ``mma.sync`` kernels run on
+#: both, the warpgroup kernels (``wg``) on sm_90 only
 SMEM_LIMIT = 160 * 1024
+SMEM_LIMIT_WG = 227 * 1024
 
 
 def applies(K: int, block_size: int, bits: int) -> bool:
@@ -127,8 +129,9 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     rows = 8 * m_tiles
     RS = row_stride(block_size, bits)
     a_bytes, w_bytes, total = layout(tac, m_tiles, block_size, zp_kind, bits)
-    if total > SMEM_LIMIT:
-        raise ValueError(f"gemv_mma {tac.tag}: {total} B of shared memory > {SMEM_LIMIT} B (fewer stages)")
+    limit = SMEM_LIMIT_WG if tac.wg else SMEM_LIMIT
+    if total > limit:
+        raise ValueError(f"gemv_mma {tac.tag}: {total} B of shared memory > {limit} B (fewer stages)")
     slot = a_bytes + w_bytes
     rows_cta = 16 * TPW * warps
     WG = tac.wg

@@ -15,12 +15,12 @@ re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into
 (one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
 sm_90 GPU under numba-cuda, at M = 25..32 and 49..64 on wide block-128 weights, that kernel issues Hopper's
 warpgroup MMAs (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``, most of them with the
-activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 128)
-the route serves only what that warpgroup kernel (12 / 16 m-tiles: wgmma n = 96 / 128) was measured to do faster
-than dequantize + cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 8192); the rest
-keeps ORT's chain.
+activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 256)
+the route serves only what that warpgroup kernel (12..32 m-tiles: wgmma n = 96..256) was measured to do faster
+than dequantize + cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 12288, to M = 128
+on N >= 8192, and down projections of 4096..8191 rows with K >= 12288 to M = 96); the rest keeps ORT's chain.
 
-It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..128 as above), and 2-bit
+It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..256 as above), and 2-bit
 M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.
 
 Speed (H200, 4-bit fp16, block 128, default calls against cuBLAS on fp16 weights, geometric means over
@@ -34,7 +34,7 @@ bounds it; the shared-activation kernel reads them once per 128 rows and is boun
 An A that is not 16-byte aligned (e.g. a sliced tensor) is served by the dequantize + cuBLAS plan, built on
 first need (outside graph capture), as the GEMV routes fall back to their CUDA-core engine.
 
-Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64 (or <= 128 with ``wide_serves``), block 16/32/64/128,
+Guards (``unmet``): bits 2/4/8, fp16/bf16, 1 <= M <= 64 (or <= 256 with ``wide_serves``), block 16/32/64/128,
 zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
@@ -59,7 +59,8 @@ def unmet(problem):
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
         yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90 under numba-cuda, 4-bit "
-               f"block 128, K % 128 == 0, N >= {XA_MIN_N})")
+               f"block 128, K % 128 == 0, N >= 12288; M <= 128 on {XA_MIN_N}..12287 rows, M <= 96 on 4096..{XA_MIN_N - 1} "
+               f"rows with K >= 12288)")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 

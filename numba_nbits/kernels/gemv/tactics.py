@@ -57,8 +57,12 @@ MAX_M = 64
 GEMM_M_TILES = (3, 4, 6, 8)
 #: m-tiles of the warpgroup form of the shared-activation kernel (``Tactic.wg``) past M = 64, to ``WG_MAX_M``
 #: (wgmma n = 96 / 128): the ``fused_gemm`` route takes them where ``wide_tactic`` names a tactic
-WG_M_TILES_BEYOND = (12, 16)
-WG_MAX_M = 128
+WG_M_TILES_BEYOND = (12, 16, 24, 32)
+WG_MAX_M = 256
+#: rows and K from which the 12-m-tile kernel with K split 4 ways serves long-K down projections (``wide_tactic``;
+#: measured on 4096x14336 only)
+WG_DOWN_MIN_N = 4096
+WG_DOWN_MIN_K = 12288
 #: SMs assumed by the simulator (small, so that tiny tests exercise the persistent grid-stride loop)
 SIM_SM_COUNT = 2
 
@@ -237,7 +241,7 @@ def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
 def m_tiles(M: int) -> int:
     """8-row m-tiles of A the kernel covers for M: 1 for M = 1..8, 2 for M = 9..16, above that the smallest of
     ``GEMM_M_TILES`` that holds M (the ``fused_gemm`` route's kernels, M = 17..64), then of ``WG_M_TILES_BEYOND``
-    (the warpgroup kernel's, M = 65..128)."""
+    (the warpgroup kernel's, M = 65..256)."""
     if M <= 16:
         return 1 if M <= 8 else 2
     return next(t for t in GEMM_M_TILES + WG_M_TILES_BEYOND if 8 * t >= M)
@@ -389,29 +393,37 @@ def _wide_ok(p) -> bool:
 
 
 def wide_tactic(problem) -> Tactic | None:
-    """The warpgroup-MMA tactic that serves M = 65..128 (12 / 16 m-tiles: wgmma n = 96 / 128), or None. Past M = 64
-    the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was measured faster than
-    ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device (``problem.sm``) under
-    numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points none/packed, K a
-    multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with activations permuted per
-    call (``pa``):
+    """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
+    or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
+    measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
+    (``problem.sm``) under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
+    none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
+    activations permuted per call (``pa``):
 
-    * N >= ``XA_NOSPLIT_N``: ``t1w8u1s3xhv`` (128 rows per CTA; 106 / 122 registers at 12 / 16 m-tiles);
-    * ``XA_MIN_N <= N < XA_NOSPLIT_N``: ``t2w8u1k4s3xhv`` (K split 4 ways);
-    * else None (fewer than ``XA_MIN_N`` rows).
+    * N >= ``XA_NOSPLIT_N``: ``t1w8u1s3xhv`` (128 rows per CTA; 106 / 122 / 154 / 188 registers at 12 / 16 / 24 / 32
+      m-tiles, one CTA per SM from 24);
+    * ``XA_MIN_N <= N < XA_NOSPLIT_N``, to 16 m-tiles: ``t2w8u1k4s3xhv`` (K split 4 ways);
+    * ``WG_DOWN_MIN_N <= N < XA_MIN_N`` with K >= ``WG_DOWN_MIN_K`` (down projections), 12 m-tiles: ``t1w8u1k4s3xhv``;
+    * else None.
 
-    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16, M = 96 and
-    128; ``bench_small_gemm``): at M = 96 / 128, 106.0 / 147.4 us against the previous default's 148.6 / 188.7
+    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
+    ``bench_small_gemm``): at M = 96 / 128, 106.0 / 147.4 us against the previous default's 148.6 / 188.7
     (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels), 159.0 / 194.7 against 169.6 /
-    226.8 (8192x28672), at M = 128 42.6 against dequantize + cuBLAS's 76.0 (14336x4096); on 4096x14336 every
-    tactic was slower than dequantize + cuBLAS (122.1 against 79.2)."""
+    226.8 (8192x28672), at M = 128 42.6 against dequantize + cuBLAS's 76.0 (14336x4096); on 4096x14336
+    ``t1w8u1k4s3xhv`` 64.5 against 78.7 at M = 96 (run 6), and only 75.6 against 79.2 at 128 (run 5). Default calls
+    at M = 192 / 256 (run 7): 196.7 / 248.4 against 298.6 / 333.6 (28672x8192), 56.6 / 70.5 against 79.0 / 86.8
+    (14336x4096), 392.1 / 500.0 against 681.4 at M = 192 (128256x4096); on 8192x28672 ``t1w8u1k4s3xhv`` lost
+    (333.7 / 435.9 against 301.5 / 325.5), so 8192..12287 rows stop at 16 m-tiles."""
     p = problem
     if not _wide_ok(p):
         return None
+    mt = m_tiles(p.M)
     if p.N >= XA_NOSPLIT_N:
         return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True)
-    if p.N >= XA_MIN_N:
+    if p.N >= XA_MIN_N and mt <= WG_M_TILES_BEYOND[1]:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
+    if p.N >= WG_DOWN_MIN_N and p.K >= WG_DOWN_MIN_K and mt == WG_M_TILES_BEYOND[0]:
+        return Tactic(1, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     return None
 
 
