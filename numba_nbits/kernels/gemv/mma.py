@@ -155,7 +155,7 @@ class GemvMmaPlan(Plan):
             mt = m_tiles(M)
             super_k, _, group_k, group_steps, _, _, _ = sizes(weights.block_size, weights.bits)
             a_arg = device_empty((wg_a.words(mt, self.K),), np.uint32, weights.simulated)
-            self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, group_steps, group_k, super_k)
+            self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, group_steps, group_k, super_k, weights.simulated)
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (a_arg, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
                                pk.n_super), shared_mem=shared)

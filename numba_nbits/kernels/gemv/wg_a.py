@@ -20,9 +20,11 @@ import numpy as np
 from numba import cuda
 
 from ...launch import Kernel
+from .tactics import sm_count
 
 THREADS = 256
-MAX_BLOCKS = 132 * 16
+#: CTAs per SM of the grid-stride launch (at most)
+BLOCKS_PER_SM = 16
 
 
 def _permute(a, out, M, half_k, m_tiles, group_steps, group_k, super_k, per_chunk, total):
@@ -54,11 +56,11 @@ def words(M_tiles: int, K: int) -> int:
     return 8 * M_tiles * K // 2
 
 
-def bind(a_like, out, M: int, K: int, m_tiles: int, group_steps: int, group_k: int, super_k: int):
+def bind(a_like, out, M: int, K: int, m_tiles: int, group_steps: int, group_k: int, super_k: int, simulated: bool):
     """The launch that fills ``out`` (``words(m_tiles, K)`` uint32) from an A laid out like ``a_like`` (argument 0,
-    re-pointed per call)."""
+    re-pointed per call); a grid-stride loop over at most ``BLOCKS_PER_SM`` CTAs per SM."""
     per_chunk = 8 * m_tiles * super_k // 2
     total = words(m_tiles, K)
-    grid = max(1, min(MAX_BLOCKS, -(-total // THREADS)))
+    grid = max(1, min(BLOCKS_PER_SM * sm_count(simulated), -(-total // THREADS)))
     return permute_kernel().bind(grid, THREADS, (a_like, out, M, K // 2, m_tiles, group_steps, group_k, super_k,
                                                  per_chunk, total))
