@@ -213,9 +213,13 @@ def main(argv=None) -> int:
     if any(not 17 <= m <= 256 for m in a.M):
         ap.error("--M must be in 17..256 (past 64 only the warpgroup tactics, h, have kernels)")
 
+    done = []
+
     def emit(r):
         print(f"{r['shape']:12s} b{r['block']:<4d} M={r['M']:<3d} {r['what']:30s} {r['us']:9.2f} us "
               f"{r['tflops']:7.1f} TFLOP/s {r['tb_s']:6.2f} TB/s err {r['rel_err']:.2e}", flush=True)
+        done.append(r)  # the CSV so far, rewritten per row: a run cut by a time limit keeps what it measured
+        write_out_csv("bench_small_gemm.csv", FIELDS, done)
         return r
 
     rows = run([_shape(s) for s in a.shapes], a.blocks, a.M, a.tactics, a.workers, emit)
