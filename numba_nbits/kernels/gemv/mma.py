@@ -25,11 +25,12 @@ from .. import intrinsics_async as _A
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
 from ..family import Plan
-from .layout import MMA_LAYOUTS, TILE_N, Packed, sizes, super_chunk
+from .layout import MMA_LAYOUTS, TILE_N, Packed, super_chunk
 from .mma_ring import gen_ring_source
 from .mma_smem import fitted
 from .mma_source import gen_source
 from .mma_xa import applies as xa_applies
+from .mma_xa import copies_ahead as xa_copies_ahead
 from .mma_xa import gen_source_xa
 from .mma_xa import layout as xa_layout
 from .repack import prepack
@@ -75,9 +76,8 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     }
     if tac.smem or tac.xa:
         ns.update({name: getattr(_A, name) for name in _A.TWINS})
-        # copies in flight at a super-chunk's wait: stages - 2 (the ring), stages - 3 when MMAs are waited for
-        # every second super-chunk (``wg`` + ``pf``: copies run stages - 2 ahead, ``mma_xa``)
-        ns["cp_async_wait"] = _A.cp_async_wait_for(tac.stages - (3 if tac.wg and tac.pf else 2 if tac.xa else 1))
+        # copies in flight at a super-chunk's wait: one fewer than the ring copies ahead (``mma_xa.copies_ahead``)
+        ns["cp_async_wait"] = _A.cp_async_wait_for((xa_copies_ahead(tac) if tac.xa else tac.stages) - 1)
     if tac.wg:
         from .. import intrinsics_sm90 as _W
 
@@ -153,9 +153,8 @@ class GemvMmaPlan(Plan):
             from . import wg_a
 
             mt = m_tiles(M)
-            super_k, _, group_k, group_steps, _, _, _ = sizes(weights.block_size, weights.bits)
             a_arg = device_empty((wg_a.words(mt, self.K),), np.uint32, weights.simulated)
-            self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, group_steps, group_k, super_k, weights.simulated)
+            self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, weights.block_size, weights.bits, weights.simulated)
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (a_arg, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
                                pk.n_super), shared_mem=shared)

@@ -118,6 +118,12 @@ def layout(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple
     return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + RING_ALIGN_PAD
 
 
+def copies_ahead(tac) -> int:
+    """Super-chunks the ring copies ahead of the one computed: ``stages - 1``, or ``stages - 2`` when the warpgroup
+    kernel waits for its MMAs every second super-chunk (``wg`` + ``pf``: two super-chunks' MMAs hold their slots)."""
+    return tac.stages - (2 if tac.wg and tac.pf else 1)
+
+
 def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits: int = 4) -> str:
     """Python source of the shared-activation kernel for one specialisation (module docstring)."""
     TPW, warps, ksplit, S = tac.tpw, tac.warps, tac.ksplit, tac.stages
@@ -228,14 +234,14 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             ring.copy(ind + 1, 0, i, off)
         e(ind, "cp_async_commit()")
 
-    P = S - 2 if WG and tac.pf else S - 1  # super-chunks copied ahead (MMAs of two super-chunks hold their slots)
+    INFLIGHT = WG and tac.pf  # MMAs waited for every second super-chunk (module docstring)
+    P = copies_ahead(tac)
     for r in range(P):
         copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
     e(1, f"loff = np.uint32({P * slot})")
     e(1, "coff = np.uint32(0)")
     e(1, "cc = c0")
     e(1, "while cc < c1:")
-    INFLIGHT = WG and tac.pf
 
     def body(x):
         """One super-chunk, ``x`` levels deeper than the loop body."""
@@ -263,7 +269,7 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     if INFLIGHT:  # two super-chunks per iteration, one wait: the second is decoded while the first's MMAs run
         e(2, "if cc < c1:")
         body(1)
-    if WG and tac.pf:  # the MMAs of an odd last super-chunk (the pair's second body did not run)
+    if INFLIGHT:  # the MMAs of an odd last super-chunk (the pair's second body did not run)
         for i in range(TPW):
             e(1, f"acc_{i} = wgmma_wait(acc_{i})")
     if WG:  # wgmma's accumulator (4 j + r) is mma's (m-tile j, register r): rows g (+8), tokens 8 j + 2 t (+1)

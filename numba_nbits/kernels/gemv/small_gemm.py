@@ -42,7 +42,18 @@ from __future__ import annotations
 from ..family import KernelFamily
 from . import core
 from .mma import TensorCorePlan
-from .tactics import BITS, BLOCK_SIZES, MAX_M, WG_MAX_M, XA_MIN_N, wide_serves
+from .tactics import (
+    BITS,
+    BLOCK_SIZES,
+    MAX_M,
+    WG_DOWN_MIN_K,
+    WG_DOWN_MIN_N,
+    WG_M_TILES_BEYOND,
+    WG_MAX_M,
+    XA_MIN_N,
+    XA_NOSPLIT_N,
+    wide_serves,
+)
 
 ROUTE = "fused_gemm"
 
@@ -59,8 +70,9 @@ def unmet(problem):
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
         yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90 under numba-cuda, 4-bit "
-               f"block 128, K % 128 == 0, N >= 12288; M <= 128 on {XA_MIN_N}..12287 rows, M <= 96 on 4096..{XA_MIN_N - 1} "
-               f"rows with K >= 12288)")
+               f"block 128, K % 128 == 0, N >= {XA_NOSPLIT_N}; M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}.."
+               f"{XA_NOSPLIT_N - 1} rows, M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with "
+               f"K >= {WG_DOWN_MIN_K})")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 

@@ -20,6 +20,7 @@ import numpy as np
 from numba import cuda
 
 from ...launch import Kernel
+from .layout import sizes
 from .tactics import sm_count
 
 THREADS = 256
@@ -56,9 +57,11 @@ def words(M_tiles: int, K: int) -> int:
     return 8 * M_tiles * K // 2
 
 
-def bind(a_like, out, M: int, K: int, m_tiles: int, group_steps: int, group_k: int, super_k: int, simulated: bool):
+def bind(a_like, out, M: int, K: int, m_tiles: int, block_size: int, bits: int, simulated: bool):
     """The launch that fills ``out`` (``words(m_tiles, K)`` uint32) from an A laid out like ``a_like`` (argument 0,
-    re-pointed per call); a grid-stride loop over at most ``BLOCKS_PER_SM`` CTAs per SM."""
+    re-pointed per call) for weights of ``block_size`` and ``bits`` (their super-chunk, ``layout.sizes``); a
+    grid-stride loop over at most ``BLOCKS_PER_SM`` CTAs per SM."""
+    super_k, _, group_k, group_steps, _, _, _ = sizes(block_size, bits)
     per_chunk = 8 * m_tiles * super_k // 2
     total = words(m_tiles, K)
     grid = max(1, min(BLOCKS_PER_SM * sm_count(simulated), -(-total // THREADS)))
