@@ -240,9 +240,14 @@ def _rebound(pyfunc):
 
 
 def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options) -> str:
-    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``."""
+    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``. On
+    numba-cuda-mlir at 9.0 the PTX of a full compile for ``chip="sm_90a"`` (its ``compile_ptx`` takes no
+    ``chip`` and targets plain sm_90, which refuses ``wgmma``)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
+    opts = jit_options(options, tuple(cc))
+    if "chip" in opts:
+        return c.jit(sig, **opts)(rebind(pyfunc)).compile(sig).metadata["ptx"]
     if compiler() == "numba" and not simulated():
         lowering_fix.install()
     ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)

@@ -203,17 +203,6 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
         assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort
 
 
-def test_fused_gemm_past_64_needs_numba_cuda(monkeypatch):
-    """numba-cuda-mlir compiles wgmma for n = 8 only (``intrinsics_sm90``): no warpgroup kernel past M = 64 there."""
-    from numba_nbits.kernels.gemv import tactics
-
-    p = P(M=96, N=28672, K=8192, block_size=128)
-    assert route(p) == "fused_gemm"
-    monkeypatch.setattr(tactics, "_backend_has_wgmma", lambda: False)
-    assert tactics.wide_tactic(p) is None
-    assert route(P(M=96, N=28680, K=8192, block_size=128)) == "dequant_cublas"  # (decisions are cached per problem)
-
-
 # ---------------------------------------------------------------------- router
 def test_router_guards():
     p = P(N=32, K=2880, has_bias=True)

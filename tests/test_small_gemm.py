@@ -123,7 +123,7 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
 ])
 def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block, bits, M, tag):
-    """With ``wg_ok`` (an sm_90 GPU under numba-cuda) the 8-m-tile rule takes ``wgmma`` on wide weights."""
+    """With ``wg_ok`` (an sm_90 GPU) the 8-m-tile rule takes ``wgmma`` on wide weights."""
     assert tactics.default_tactic(N, K, block, M, bits, wg_ok=True).tag == tag
     assert not tactics.default_tactic(N, K, block, M, bits).wg  # elsewhere never
 
@@ -138,10 +138,10 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
     (16384, 2048, 256, "t1w8u1s3xhv", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
 ])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
-    """On an sm_90 GPU under numba-cuda a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
+    """On an sm_90 GPU (either compiler) a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
     kernel (route ``fused_gemm``), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
-        pytest.skip("needs an sm_90 GPU and numba-cuda")
+        pytest.skip("needs an sm_90 GPU")
     A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
     op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
     Y = np.asarray(op(A)).astype(np.float64)

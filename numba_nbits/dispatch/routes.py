@@ -162,7 +162,7 @@ def _fused_gemm_m(p: Problem, c: Config) -> bool:
 
 
 fused_gemm_m = G("fused_gemm_m", f"M <= {FUSED_GEMM_MAX_M}, or M <= {FUSED_GEMM_WIDE_MAX_M} where the warpgroup "
-                 "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, numba-cuda, 4-bit block 128, "
+                 "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, 4-bit block 128, "
                  "N >= 12288; M <= 128 on 8192..12287 rows, M <= 96 on 4096..8191 rows with K >= 12288)", _fused_gemm_m)
 
 # ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)

@@ -333,20 +333,19 @@ WG_MINB_N = 65536
 
 def wgmma_ok(simulated: bool) -> bool:
     """Whether the ``wg`` tactics may be chosen by default: a compute-capability 9.0 GPU (``wgmma`` is sm_90a
-    only) under numba-cuda (numba-cuda-mlir compiles ``wgmma`` for n = 8 only: ``intrinsics_sm90``)."""
+    only; both compilers build it, ``intrinsics_sm90``)."""
     if simulated:
         return False
-    from ... import backend
     from ...launch.driver import _current_cc
 
-    return backend.NAME == "numba" and _current_cc() == (9, 0)
+    return _current_cc() == (9, 0)
 
 
 def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = None, bits: int = 4,
                 wg_ok: bool = False) -> Tactic:
     """The launch shape past M = 16 (3..8 m-tiles).
 
-    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU under numba-cuda), 4-bit block-128 weights at 4 and 8 m-tiles
+    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU), 4-bit block-128 weights at 4 and 8 m-tiles
     (M = 25..32, 49..64) take the warpgroup-MMA kernel with permuted activations on N >= ``WG_MIN_N``:
     ``t2w8u1s3b2xhv`` at 4 m-tiles and from ``WG_MINB_N`` rows, else ``t2w8u1s3xhv``; at 8 m-tiles on
     ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there). Against the
@@ -378,25 +377,18 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     return plain_gemm_tactic(N, M)
 
 
-def _backend_has_wgmma() -> bool:
-    from ... import backend
-
-    return backend.NAME == "numba"
-
-
 def _wide_ok(p) -> bool:
     """The needs of every kernel past M = 64 (``wide_tactic``)."""
     return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
-            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
-            and _backend_has_wgmma())
+            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32)
 
 
 def wide_tactic(problem) -> Tactic | None:
     """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
     or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
     measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
-    (``problem.sm``) under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
+    (``problem.sm``), 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
     none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
     activations permuted per call (``pa``):
 
