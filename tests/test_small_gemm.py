@@ -183,6 +183,11 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     (4, 64, 80, 256, 128, "t1w4u1s3xhv", True, "bfloat16"),  # 16 m-tiles, zero points
     (4, 128, 64, 256, 200, "t1w4u1s3xhv", False, "float16"),  # 32 m-tiles (wgmma n = 256)
     (8, 64, 64, 256, 64, "t1w4u1s4xhv", False, "float16"),
+    # the barrier pipeline (m): bulk copies of A, full / empty barriers; 7 super-chunks over 3 and 4 slots (every
+    # slot reused, both phase parities), two warpgroups, split-K over 3, zero points, 32 m-tiles
+    (4, 64, 80, 448, 40, "t1w8u1s3xhvm", False, "float16"),
+    (4, 64, 64, 448, 64, "t1w8u1k3s4xhvm", True, "bfloat16"),
+    (4, 128, 64, 256, 200, "t1w4u1xhvm", False, "float16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with

@@ -83,6 +83,10 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
 
         ns.update(wgmma=_W.wgmma(8 * MT, act == "bfloat16", sync=False), wgmma_wait=_W.wgmma_wait_for(4 * MT),
                   smem_desc=_W.smem_desc, fence_proxy_async=_W.fence_proxy_async)
+    if tac.mb:
+        from .. import intrinsics_bulk as _B
+
+        ns.update({name: getattr(_B, name) for name in _B.TWINS})
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_kf" if kfull else "") + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name

@@ -144,6 +144,11 @@ class Tactic:
       the ring then copies ``stages - 2`` super-chunks ahead, so ``stages >= 3``).
     * ``pa``: with ``wg``, the activations permuted once per call (``wg_a``, tag suffix ``v``) into the super-chunks'
       wgmma core-matrix order, so the ring copies them in 16-byte pieces instead of 4-byte ones.
+    * ``mb``: with ``pa``, the ring's activations arrive by one bulk copy per super-chunk (``cp.async.bulk``, issued
+      by one thread of the last warpgroup) that completes on the slot's "full" barrier, and each thread releases
+      the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
+      the loop, so the warpgroups run up to a super-chunk apart and one's MMAs overlap the other's decode (tag
+      suffix ``m``; ``pf = 0``, the ring copies ``stages - 1`` ahead).
     """
 
     tpw: int = 1
@@ -159,6 +164,7 @@ class Tactic:
     xa: bool = False
     wg: bool = False
     pa: bool = False
+    mb: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
@@ -177,6 +183,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: warpgroup MMAs waited for every second super-chunk (p1) need 3+ stages: {self}")
         if self.pa and not self.wg:
             raise ValueError(f"gemv_mma: permuted activations (v) need warpgroup MMAs (h): {self}")
+        if self.mb and (not self.pa or self.pf):
+            raise ValueError(f"gemv_mma: the barrier pipeline (m) needs permuted activations (v) and no p: {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
@@ -204,17 +212,19 @@ class Tactic:
             s += "h"
         if self.pa:
             s += "v"
+        if self.mb:
+            s += "m"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?(m)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a, x, h, v = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x, h, v, mb = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a), bool(x), bool(h), bool(v))
+                      int(gr or 0), bool(a), bool(x), bool(h), bool(v), bool(mb))
 
 
 def _table_path(gpu: str) -> Path:
