@@ -292,8 +292,8 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             ex(2, f"if tid == {threads - 128} and cc > c0 and cc + {P} < c1:  # every thread done with the slot refilled")
             ex(3, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * li, lph) == 0:")
             ex(4, "pass")
-            ex(2, "cuda.syncwarp()")
             copy_stage(2 + x, f"cc + {P}", "loff", "li")
+            ex(2, "cuda.syncwarp()  # the warp converged again before its warpgroup's aligned wgmma instructions")
         else:
             ex(2, "cp_async_wait()")
             if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
