@@ -77,7 +77,7 @@ Barrier pipeline (``Tactic.mb``, tag suffix ``m``; with ``pa``)
 The loop above couples the CTA's warpgroups at every super-chunk: one ``bar.sync``, so both decode at the same
 time and both wait for their MMAs at the same time. With ``mb`` each slot has two ``mbarrier``s after the ring
 (``intrinsics_bulk``): "full" (one arrival plus ``a_bytes`` of transactions) and "empty" (one arrival per
-thread). The first thread of the last warpgroup fills a slot's A area with one ``cp.async.bulk`` that completes
+thread). Lane 0 of the last warpgroup's first warp fills a slot's A area with one ``cp.async.bulk`` that completes
 on the slot's full barrier; it refills the slot of the previous super-chunk (``stages - 1`` ahead) after
 waiting on that slot's empty barrier, i.e. once every thread released it. Each thread waits on the full barrier
 of its super-chunk (phase parity = slot uses so far, mod 2), then for its own weight copies (``cp.async``: only
@@ -195,7 +195,7 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     ring.bases(1, f"rbase + np.uint32({a_bytes})")
     MB = tac.mb
     if MB:
-        # one bulk copy per slot by the first thread of the last warpgroup; the slots' barriers after the ring
+        # one bulk copy per slot by lane 0 of the last warpgroup's first warp; the slots' barriers after the ring
         pieces = per = 0
         e(1, f"fbar = rbase + np.uint32({S * slot})  # full[k] at fbar + 8 k, empty[k] at fbar + 8 (S + k)")
         e(1, "if tid == 0:")
@@ -242,13 +242,16 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         for mt in range(m_tiles):
             e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
 
-    def copy_stage(ind, chunk, off, kslot=None):
+    PW = warps - 4  # MB: the producer, lane 0 of the last warpgroup's first warp
+
+    def bulk_copy(ind, chunk, off, kslot):
+        """MB: the slot's A area, one bulk copy completed on the slot's full barrier (``kslot``: its index)."""
+        e(ind, f"mbar_arrive_tx(fbar + np.uint32(8) * {kslot}, {a_bytes})")
+        e(ind, f"bulk_g2s(rbase + {off}, a32, np.int64({chunk}) * {a_bytes // 16}, {a_bytes}, "
+               f"fbar + np.uint32(8) * {kslot})")
+
+    def copy_stage(ind, chunk, off):
         e(ind, f"if {chunk} < c1:")
-        if MB:  # the slot's A area: one bulk copy, completed on the slot's full barrier (``kslot``: its index)
-            e(ind + 1, f"if tid == {threads - 128}:")
-            e(ind + 2, f"mbar_arrive_tx(fbar + np.uint32(8) * {kslot}, {a_bytes})")
-            e(ind + 2, f"bulk_g2s(rbase + {off}, a32, np.int64({chunk}) * {a_bytes // 16}, {a_bytes}, "
-                       f"fbar + np.uint32(8) * {kslot})")
         for j in range(per):
             guard = (j + 1) * threads > pieces
             jj = ind + 1
@@ -271,7 +274,10 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     INFLIGHT = WG and tac.pf  # MMAs waited for every second super-chunk (module docstring)
     P = copies_ahead(tac)
     for r in range(P):
-        copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})", f"np.uint32({r})")
+        if MB:
+            e(1, f"if tid == {32 * PW} and c0 + {r} < c1:")
+            bulk_copy(2, f"c0 + {r}", f"np.uint32({r * slot})", f"np.uint32({r})")
+        copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
     e(1, f"loff = np.uint32({P * slot})")
     e(1, "coff = np.uint32(0)")
     if MB:  # slot indices and phase parities of the current super-chunk and of the previous one (= the slot refilled)
@@ -289,11 +295,14 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             ex(2, "while mbar_try_wait(fbar + np.uint32(8) * ci, cph) == 0:  # the slot's A landed")
             ex(3, "pass")
             ex(2, "cp_async_wait()  # the thread's own weights landed")
-            ex(2, f"if tid == {threads - 128} and cc > c0 and cc + {P} < c1:  # every thread done with the slot refilled")
-            ex(3, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * li, lph) == 0:")
-            ex(4, "pass")
-            copy_stage(2 + x, f"cc + {P}", "loff", "li")
-            ex(2, "cuda.syncwarp()  # the warp converged again before its warpgroup's aligned wgmma instructions")
+            ex(2, f"if warp == {PW} and cc + {P} < c1:  # (warp-uniform) the producer refills the previous slot")
+            ex(3, "if lane == 0:")
+            ex(4, "if cc > c0:  # once every thread is done with it")
+            ex(5, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * li, lph) == 0:")
+            ex(6, "pass")
+            bulk_copy(4 + x, f"cc + {P}", "loff", "li")
+            ex(3, "cuda.syncwarp()  # converged again before the warpgroup's aligned wgmma instructions")
+            copy_stage(2 + x, f"cc + {P}", "loff")
         else:
             ex(2, "cp_async_wait()")
             if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier

@@ -145,8 +145,8 @@ class Tactic:
     * ``pa``: with ``wg``, the activations permuted once per call (``wg_a``, tag suffix ``v``) into the super-chunks'
       wgmma core-matrix order, so the ring copies them in 16-byte pieces instead of 4-byte ones.
     * ``mb``: with ``pa``, the ring's activations arrive by one bulk copy per super-chunk (``cp.async.bulk``, issued
-      by one thread of the last warpgroup) that completes on the slot's "full" barrier, and each thread releases
-      the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
+      by lane 0 of the last warpgroup's first warp) that completes on the slot's "full" barrier, and each thread
+      releases the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
       the loop, so the warpgroups run up to a super-chunk apart and one's MMAs overlap the other's decode (tag
       suffix ``m``; ``pf = 0``, the ring copies ``stages - 1`` ahead).
     """
