@@ -2,18 +2,20 @@
 M = 65..128), against the default call and fp16 dense.
 
     python -m benchmarks.bench_small_gemm [--shapes 28672x8192 ...] [--M 17 32 64] [--blocks 128]
-        [--tactics t1w8u1p1 t2w4u1p1 ...] [--workers 16] [--tiny]
+        [--bits 4] [--dtype float16] [--tactics t1w8u1p1 t2w4u1p1 ...] [--workers 16] [--tiny]
 
 (``--tactics`` with no tag times only the default call and its baselines.)
 
-For each shape (4-bit, symmetric, fp16; random ORT-layout bytes), block and M: the operator's default call
-(``op(A, out=Y)``), the same call with ORT's dispatch chain (``numba_nbits.fused_gemm`` off: dequantize + cuBLAS),
-``torch.matmul`` on the dequantized fp16 weights (cuBLAS, when torch with CUDA imports), and the tensor-core GEMV
-plan (``kernels.gemv.mma.GemvMmaPlan``) with ``m_tiles(M)`` m-tiles and each tactic. Every subject rotates over
-weight copies that together exceed twice the L2 (one copy when a copy alone does), timed by CUDA-graph replay
-(``numba_nbits.perf.harness.measure``, medians). Each plan's result is checked against the default call's
-(relative error <= 2e-3). The kernels are compiled first in ``--workers`` processes into the kernel cache. Prints
-a table; writes ``$OUT/bench_small_gemm.csv`` when ``$OUT`` is set.
+For each shape (``--bits`` 4 or 8, symmetric, ``--dtype`` float16 or bfloat16; random ORT-layout bytes), block
+and M: the operator's default call (``op(A, out=Y)``), the same call with ORT's dispatch chain
+(``numba_nbits.fused_gemm`` off: dequantize + cuBLAS), ``torch.matmul`` on the dequantized weights in the
+activations' dtype (cuBLAS, when torch with CUDA imports), and the tensor-core GEMV plan
+(``kernels.gemv.mma.GemvMmaPlan``) with ``m_tiles(M)`` m-tiles and each tactic. Every subject rotates over weight
+copies that together exceed twice the L2 (one copy when a copy alone does), timed by CUDA-graph replay
+(``numba_nbits.perf.harness.measure``, medians); A and Y are the perf harness's device buffers. Each result is
+checked against the default call's (relative error <= 2e-3 for fp16, 1e-2 for bf16). The kernels are compiled
+first in ``--workers`` processes into the kernel cache. Prints a table; writes ``$OUT/bench_small_gemm.csv`` when
+``$OUT`` is set.
 """
 from __future__ import annotations
 
@@ -32,12 +34,13 @@ import numpy as np  # noqa: E402
 from benchmarks.bench_dequant_chunks import _shape  # noqa: E402
 from benchmarks.common import write_out_csv  # noqa: E402
 
-FIELDS = ["shape", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
+FIELDS = ["shape", "bits", "dtype", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
+TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 L2_BYTES = 60e6
 DEFAULT_TACTICS = ["t1w8u1p1", "t1w4u1p1", "t2w4u1p1", "t1w8u2p1", "t2w4u1"]
 
 
-def _kernel_jobs(shapes, blocks, Ms, tactics):
+def _kernel_jobs(shapes, blocks, Ms, tactics, bits=4, dtype="float16"):
     from numba_nbits.kernels.gemv.mma import k_full
     from numba_nbits.kernels.gemv.tactics import m_tiles
 
@@ -46,7 +49,7 @@ def _kernel_jobs(shapes, blocks, Ms, tactics):
         for bs in blocks:
             for M in Ms:
                 for t in tactics:
-                    jobs.add(("float16", m_tiles(M), t, bs, "none", 4, False, k_full(K, bs, 4)))
+                    jobs.add((dtype, m_tiles(M), t, bs, "none", bits, False, k_full(K, bs, bits)))
     return sorted(jobs)
 
 
@@ -81,18 +84,18 @@ def precompile(jobs, workers: int) -> dict:
     return out
 
 
-def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
+def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> list:
     import numba_nbits as nb
-    from numba_nbits.arrays import adapt_input, to_host
+    from numba_nbits.arrays import adapt_input
     from numba_nbits.kernels.gemv.mma import GemvMmaPlan
     from numba_nbits.kernels.gemv.tactics import Tactic
     from numba_nbits.launch import simulated
     from numba_nbits.perf import harness
-    from numba_nbits.perf.subjects import random_activation, random_weights
+    from numba_nbits.perf.subjects import np_dtype, random_activation, random_weights
     from numba_nbits.reference import relative_error
 
     sim = simulated()
-    compiled = precompile(_kernel_jobs(shapes, blocks, Ms, tactics), 1 if sim else workers)
+    compiled = precompile(_kernel_jobs(shapes, blocks, Ms, tactics, bits, dtype), 1 if sim else workers)
     for job, (regs, err) in compiled.items():
         print(f"kernel {job}: {regs} registers {err}", flush=True)
     torch = None
@@ -105,6 +108,8 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
             torch = None
     backend = harness.make_backend()
     rng = np.random.default_rng(0)
+    dt = np_dtype(dtype)
+    tol = TOL[dtype]
     rows = []
 
     def time_us(fns):
@@ -114,42 +119,41 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
         r = harness.measure(backend, harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)), host=False)
         return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
 
+    def host(buf, M):
+        backend.sync()
+        return backend.rows(buf, range(M)).astype(np.float64)
+
     try:
         for N, K in shapes:
             for bs in blocks:
-                hw = random_weights(N, K, 4, bs, "float16", "none", False, rng)
-                wbytes = N * K / 2 + N * (K // bs) * 2
+                hw = random_weights(N, K, bits, bs, dtype, "none", False, rng)
+                wbytes = N * K * bits / 8 + N * (K // bs) * 2
                 copies = 1 if sim else max(1, min(16, math.ceil(2 * L2_BYTES / wbytes)))
-                ops = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=4, block_size=bs) for _ in range(copies)]
+                ops = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs) for _ in range(copies)]
                 ort = {"numba_nbits.fused_gemm": False}  # ORT's chain: dequantize + cuBLAS at these M
-                ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=4, block_size=bs, config=ort)
+                ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs, config=ort)
                            for _ in range(copies)]
-                Wd = None
+                Wd, tdt = None, None
                 if torch is not None:
                     from numba_nbits.reference import dequantize_ref
 
-                    W = dequantize_ref(hw.B, hw.scales, None, bits=4, block_size=bs, K=K, N=N).astype(np.float16)
+                    tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+                    W = dequantize_ref(hw.B, hw.scales, None, bits=bits, block_size=bs, K=K, N=N).astype(np.float32)
                     dcopies = max(1, min(16, math.ceil(2 * L2_BYTES / (N * K * 2))))
-                    Wd = [torch.from_numpy(W).cuda() for _ in range(dcopies)]
+                    Wd = [torch.from_numpy(W).to(device="cuda", dtype=tdt) for _ in range(dcopies)]
+                    del W
                 for M in Ms:
-                    a_host = random_activation(M, K, "float16", rng)
-                    if sim:
-                        a_in, y_in = a_host, np.zeros((M, N), np.float16)
-                        from numba_nbits.arrays import to_device
-
-                        A = to_device(a_host, True)
-                        Ys = [to_device(np.zeros((M, N), np.float16), True) for _ in range(copies)]
-                    else:
-                        from numba import cuda
-
-                        a_in, y_in = cuda.to_device(a_host), cuda.device_array((M, N), np.float16)
-                        A = adapt_input(a_in, "A", False, False).dev
-                        Ys = [adapt_input(cuda.device_array((M, N), np.float16), "Y", False, False).dev
-                              for _ in range(copies)]
+                    a_host = random_activation(M, K, dtype, rng)
+                    A_buf = backend.alloc((M, K), dt)
+                    backend.upload(A_buf, a_host)
+                    Y_bufs = [backend.alloc((M, N), dt) for _ in range(copies + 1)]
+                    a_in, y_in, y_ort = A_buf.obj, Y_bufs[0].obj, Y_bufs[-1].obj
+                    A = adapt_input(a_in, "A", sim, False).dev
+                    Ys = [adapt_input(b.obj, "Y", sim, False).dev for b in Y_bufs[:copies]]
                     ops[0](a_in, out=y_in)
-                    want = (y_in if sim else y_in.copy_to_host()).astype(np.float64)
+                    want = host(Y_bufs[0], M)
                     flops = 2.0 * M * N * K
-                    base = dict(shape=f"{N}x{K}", block=bs, M=M)
+                    base = dict(shape=f"{N}x{K}", bits=bits, dtype=dtype, block=bs, M=M)
 
                     def row(what, us, err, ncopy, moved):
                         return emit(dict(base, what=what, us=us, tflops=flops / us / 1e6, tb_s=moved / us / 1e6,
@@ -158,14 +162,14 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
                     moved_q = wbytes + 2 * M * (K + N)
                     us = time_us([lambda s, o=o: o(a_in, out=y_in, stream=s) for o in ops])
                     rows.append(row(f"default ({ops[0].route(M)})", us, 0.0, copies, moved_q))
-                    y_ort = np.zeros((M, N), np.float16) if sim else cuda.device_array((M, N), np.float16)
                     ops_ort[0](a_in, out=y_ort)
-                    err = relative_error((y_ort if sim else y_ort.copy_to_host()).astype(np.float64), want)
+                    err = relative_error(host(Y_bufs[-1], M), want)
                     us = time_us([lambda s, o=o: o(a_in, out=y_ort, stream=s) for o in ops_ort])
                     rows.append(row(f"ORT chain ({ops_ort[0].route(M)})", us, err, copies, moved_q))
                     if Wd is not None:
-                        at = torch.from_numpy(a_host).cuda()
-                        yt = torch.empty((M, N), dtype=torch.float16, device="cuda")
+                        av = a_host.view(np.int16) if dtype == "bfloat16" else a_host
+                        at = torch.from_numpy(av).cuda().view(tdt)
+                        yt = torch.empty((M, N), dtype=tdt, device="cuda")
 
                         def dense(s, w):
                             with torch.cuda.stream(torch.cuda.ExternalStream(int(s) if s else 0)):
@@ -173,9 +177,9 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
 
                         dense(0, Wd[0])
                         torch.cuda.synchronize()
-                        err = relative_error(yt.cpu().numpy().astype(np.float64), want)
+                        err = relative_error(yt.float().cpu().numpy().astype(np.float64), want)
                         us = time_us([lambda s, w=w: dense(s, w) for w in Wd])
-                        rows.append(row("fp16 dense (torch)", us, err, len(Wd), N * K * 2 + 2 * M * (K + N)))
+                        rows.append(row(f"{dtype} dense (torch)", us, err, len(Wd), N * K * 2 + 2 * M * (K + N)))
                     for tag in tactics:
                         try:
                             plans = [GemvMmaPlan(o.weights, M, Tactic.parse(tag)) for o in ops]
@@ -183,15 +187,12 @@ def run(shapes, blocks, Ms, tactics, workers, emit) -> list:
                             print(f"{N}x{K} b{bs} M={M} {tag}: {type(e).__name__}: {e}", flush=True)
                             continue
                         plans[0].enqueue(A, Ys[0], 0)
-                        if not sim:
-                            from numba import cuda
-
-                            cuda.synchronize()
-                        err = relative_error(to_host(Ys[0]).astype(np.float64), want)
-                        if not err <= 2e-3:
+                        err = relative_error(host(Y_bufs[0], M), want)
+                        if not err <= tol:
                             print(f"{N}x{K} b{bs} M={M} {tag}: relative error {err:.3g}", flush=True)
                         us = time_us([lambda s, p=p, y=y: p.enqueue(A, y, s) for p, y in zip(plans, Ys)])
                         rows.append(row(f"gemv_mma {tag} mt{-(-M // 8)}", us, err, copies, moved_q))
+                    del A_buf, Y_bufs, Ys
                 del ops, ops_ort, Wd
     finally:
         backend.close()
@@ -204,6 +205,8 @@ def main(argv=None) -> int:
                                                      "4096x4096"])
     ap.add_argument("--M", type=int, nargs="+", default=[17, 32, 64])
     ap.add_argument("--blocks", type=int, nargs="+", default=[128])
+    ap.add_argument("--bits", type=int, choices=(4, 8), default=4)
+    ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     ap.add_argument("--tactics", nargs="*", default=DEFAULT_TACTICS)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--tiny", action="store_true", help="simulator-sized smoke test")
@@ -216,13 +219,13 @@ def main(argv=None) -> int:
     done = []
 
     def emit(r):
-        print(f"{r['shape']:12s} b{r['block']:<4d} M={r['M']:<3d} {r['what']:30s} {r['us']:9.2f} us "
-              f"{r['tflops']:7.1f} TFLOP/s {r['tb_s']:6.2f} TB/s err {r['rel_err']:.2e}", flush=True)
+        print(f"{r['shape']:12s} w{r['bits']} {r['dtype']:8s} b{r['block']:<4d} M={r['M']:<3d} {r['what']:30s} "
+              f"{r['us']:9.2f} us {r['tflops']:7.1f} TFLOP/s {r['tb_s']:6.2f} TB/s err {r['rel_err']:.2e}", flush=True)
         done.append(r)  # the CSV so far, rewritten per row: a run cut by a time limit keeps what it measured
         write_out_csv("bench_small_gemm.csv", FIELDS, done)
         return r
 
-    rows = run([_shape(s) for s in a.shapes], a.blocks, a.M, a.tactics, a.workers, emit)
+    rows = run([_shape(s) for s in a.shapes], a.blocks, a.M, a.tactics, a.workers, emit, a.bits, a.dtype)
     write_out_csv("bench_small_gemm.csv", FIELDS, rows)
     return 0
 

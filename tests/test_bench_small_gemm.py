@@ -1,6 +1,6 @@
 """benchmarks/bench_small_gemm.py --tiny runs (simulator-sized): a row for the default call, ORT's chain and the
-tensor-core plan past M = 16 (and torch on fp16 weights where torch has CUDA), each checked against the default
-call."""
+tensor-core plan past M = 16 (and torch on the dequantized weights where torch has CUDA), each checked against the
+default call; 4-bit fp16 and 8-bit bf16."""
 from __future__ import annotations
 
 import csv
@@ -14,14 +14,17 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_bench_small_gemm_tiny(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--tiny"], cwd=ROOT,
+@pytest.mark.parametrize("extra, bits, dtype, tol", [([], "4", "float16", 2e-3),
+                                                      (["--bits", "8", "--dtype", "bfloat16"], "8", "bfloat16", 1e-2)])
+def test_bench_small_gemm_tiny(tmp_path, extra, bits, dtype, tol):
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--tiny", *extra], cwd=ROOT,
                        env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "bench_small_gemm.csv")))
-    ours = [r["what"] for r in rows if r["what"] != "fp16 dense (torch)"]  # the torch row: on a GPU with torch
+    ours = [r["what"] for r in rows if r["what"] != f"{dtype} dense (torch)"]  # the torch row: a GPU with torch
     assert ours == ["default (fused_gemm)", "ORT chain (dequant_cublas)", "gemv_mma t1w4u1p1 mt4"]
-    assert all(float(r["rel_err"]) <= 2e-3 for r in rows)
+    assert all(r["bits"] == bits and r["dtype"] == dtype for r in rows)
+    assert all(float(r["rel_err"]) <= tol for r in rows)
     assert "relative error" not in p.stdout
 
 
