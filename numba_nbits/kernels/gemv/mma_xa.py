@@ -294,6 +294,7 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         if MB:
             ex(2, "while mbar_try_wait(fbar + np.uint32(8) * ci, cph) == 0:  # the slot's A landed")
             ex(3, "pass")
+            ex(2, "cuda.syncwarp()  # lanes leave the wait loop apart: converged again for the aligned wgmma")
             ex(2, "cp_async_wait()  # the thread's own weights landed")
             ex(2, f"if warp == {PW} and cc + {P} < c1:  # (warp-uniform) the producer refills the previous slot")
             ex(3, "if lane == 0:")
