@@ -188,6 +188,9 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     (4, 64, 80, 448, 40, "t1w8u1s3xhvm", False, "float16"),
     (4, 64, 64, 448, 64, "t1w8u1k3s4xhvm", True, "bfloat16"),
     (4, 128, 64, 256, 200, "t1w4u1xhvm", False, "float16"),
+    # with p1: pairs of super-chunks released after one wait, 7 (an odd last one) and split-K 2 (3 + 4)
+    (4, 64, 80, 448, 40, "t1w8u1p1s3xhvm", True, "float16"),
+    (4, 64, 64, 448, 60, "t1w8u1p1k2s4xhvm", False, "bfloat16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with

@@ -82,7 +82,8 @@ on the slot's full barrier; it refills the slot of the previous super-chunk (``s
 waiting on that slot's empty barrier, i.e. once every thread released it. Each thread waits on the full barrier
 of its super-chunk (phase parity = slot uses so far, mod 2), then for its own weight copies (``cp.async``: only
 the copying lane reads them, so no barrier), decodes and issues its MMAs, waits for them, and arrives on the
-slot's empty barrier. No CTA-wide barrier is left in the loop (one after the barriers' initialisation): a
+slot's empty barrier (with ``p1``, both slots of a pair after the pair's one wait; the ring then refills the slot
+of two super-chunks before). No CTA-wide barrier is left in the loop (one after the barriers' initialisation): a
 warpgroup may run up to about a super-chunk ahead of the other, so one's MMAs can overlap the other's decode,
 and no thread issues the activation copies but one. The A area is written through the async proxy and read by
 ``wgmma`` through it, so no proxy fence is needed.
@@ -280,11 +281,12 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
     e(1, f"loff = np.uint32({P * slot})")
     e(1, "coff = np.uint32(0)")
-    if MB:  # slot indices and phase parities of the current super-chunk and of the previous one (= the slot refilled)
+    if MB:  # slot index and phase parity of the current super-chunk (ci, cph) and of super-chunk cc + P - S, whose
+        # slot the producer refills (ti, tph: the previous one, or with p1 the one before): (P, 1) until it is >= c0
         e(1, "ci = np.uint32(0)")
-        e(1, f"li = np.uint32({P})")
         e(1, "cph = np.uint32(0)")
-        e(1, "lph = np.uint32(1)")
+        e(1, f"ti = np.uint32({P})")
+        e(1, "tph = np.uint32(1)")
     e(1, "cc = c0")
     e(1, "while cc < c1:")
 
@@ -296,12 +298,12 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
             ex(3, "pass")
             ex(2, "cuda.syncwarp()  # lanes leave the wait loop apart: converged again for the aligned wgmma")
             ex(2, "cp_async_wait()  # the thread's own weights landed")
-            ex(2, f"if warp == {PW} and cc + {P} < c1:  # (warp-uniform) the producer refills the previous slot")
+            ex(2, f"if warp == {PW} and cc + {P} < c1:  # (warp-uniform) the producer refills slot ti")
             ex(3, "if lane == 0:")
-            ex(4, "if cc > c0:  # once every thread is done with it")
-            ex(5, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * li, lph) == 0:")
+            ex(4, f"if cc >= c0 + {S - P}:  # once every thread is done with its last super-chunk")
+            ex(5, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * ti, tph) == 0:")
             ex(6, "pass")
-            bulk_copy(4 + x, f"cc + {P}", "loff", "li")
+            bulk_copy(4 + x, f"cc + {P}", "loff", "ti")
             ex(3, "cuda.syncwarp()  # converged again before the warpgroup's aligned wgmma instructions")
             copy_stage(2 + x, f"cc + {P}", "loff")
         else:
@@ -316,12 +318,15 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         if WG and (x or not INFLIGHT):  # this slot's (and the pair's) MMAs done before a barrier lets copies in
             for i in range(TPW):
                 ex(2, f"acc_{i} = wgmma_wait(acc_{i})")
-        if MB:  # this thread is done with the slot; the next super-chunk's slot and parities
-            ex(2, f"mbar_arrive(fbar + np.uint32({8 * S}) + np.uint32(8) * ci)")
-            ex(2, "li = ci")
-            ex(2, "lph = cph")
-            ex(2, f"ci = ci + np.uint32(1) if ci < np.uint32({S - 1}) else np.uint32(0)")
-            ex(2, "cph = cph ^ np.uint32(1) if ci == np.uint32(0) else cph")
+        if MB:  # this thread is done with the slot (with p1: both slots of the pair, once their MMAs are waited for)
+            if INFLIGHT and x:
+                ex(2, f"mbar_arrive(fbar + np.uint32({8 * S}) + np.uint32(8) * (ci + np.uint32({S - 1}) if ci == "
+                      f"np.uint32(0) else ci - np.uint32(1)))")
+            if x or not INFLIGHT:
+                ex(2, f"mbar_arrive(fbar + np.uint32({8 * S}) + np.uint32(8) * ci)")
+            for v, ph in (("ci", "cph"), ("ti", "tph")):  # on to the next super-chunk
+                ex(2, f"{v} = {v} + np.uint32(1) if {v} < np.uint32({S - 1}) else np.uint32(0)")
+                ex(2, f"{ph} = {ph} ^ np.uint32(1) if {v} == np.uint32(0) else {ph}")
         last = f"np.uint32({(S - 1) * slot})"
         if INFLIGHT:
             ex(2, f"loff = loff + np.uint32({slot}) if loff < {last} else np.uint32(0)")

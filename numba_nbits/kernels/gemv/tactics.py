@@ -148,7 +148,7 @@ class Tactic:
       by lane 0 of the last warpgroup's first warp) that completes on the slot's "full" barrier, and each thread
       releases the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
       the loop, so the warpgroups run up to a super-chunk apart and one's MMAs overlap the other's decode (tag
-      suffix ``m``; ``pf = 0``, the ring copies ``stages - 1`` ahead).
+      suffix ``m``; with ``pf = 1`` the pair's slots are released after its one wait).
     """
 
     tpw: int = 1
@@ -183,8 +183,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: warpgroup MMAs waited for every second super-chunk (p1) need 3+ stages: {self}")
         if self.pa and not self.wg:
             raise ValueError(f"gemv_mma: permuted activations (v) need warpgroup MMAs (h): {self}")
-        if self.mb and (not self.pa or self.pf):
-            raise ValueError(f"gemv_mma: the barrier pipeline (m) needs permuted activations (v) and no p: {self}")
+        if self.mb and not self.pa:
+            raise ValueError(f"gemv_mma: the barrier pipeline (m) needs permuted activations (v): {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
