@@ -184,6 +184,9 @@ def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, 
 
 # ------------------------------------------------------------------------ the universal route
 
+#: CTAs per SM of the grid-stride dequantize from the tensor-core layout (256 threads each: 8 fill an SM's 2048)
+MAX_BLOCKS_PER_SM = 8
+
 def _flat_views(w, n0: int, rows: int):
     """(b_words, scales, zp_packed, zp_typed) views of rows [n0, n0+rows) of the node's weights."""
     row_words = w.K_padded * w.bits // 32
@@ -198,6 +201,10 @@ def _flat_views(w, n0: int, rows: int):
 
 class DequantGemmPlan(Plan):
     """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
+
+    The dequantize reads ORT's B (``dequant_fast``, or the g_idx / large-matrix kernels), or, for weights that
+    keep only the tensor-core layout (``Weights.packed_only``), that layout (``gemv.dequant_packed``: the same
+    bytes).
 
     The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
     ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped so the
@@ -223,16 +230,24 @@ class DequantGemmPlan(Plan):
         self._alloc = lambda: device_empty((rows * w.K_padded,), w.np_dtype, w.simulated)
         self._tls = threading.local()
         self._tls.scratch = self.scratch = self._alloc()
-        self._vec = w.g_idx is None  # the vector kernel writes the scratch as uint32 words
+        self._vec = w.g_idx is None  # the vector kernels write the scratch as uint32 words
+        self._out_arg = 3 if w.packed_only else 5  # the scratch's argument slot in the dequantize kernel
         gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
         self.chunks = []
         for n0 in range(0, w.N, rows):
             n = min(rows, w.N - n0)
-            b, s, zpp, zpt = _flat_views(w, n0, n)
             out = self.scratch.offset(0, (n * w.K_padded,))
-            launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,
-                                  has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
-                                  block_size=w.block_size, zp_row=w.zp_row)
+            if w.packed_only:  # ORT's B was freed: the same bytes from the tensor-core layout
+                from .gemv import dequant_packed, repack
+                from .gemv.tactics import sm_count
+
+                launch = dequant_packed.bind(w, repack.prepack(w), n0, n, out,
+                                             MAX_BLOCKS_PER_SM * sm_count(w.simulated))
+            else:
+                b, s, zpp, zpt = _flat_views(w, n0, n)
+                launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,
+                                      has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
+                                      block_size=w.block_size, zp_row=w.zp_row)
             self.chunks.append((n0, n, launch))
         self.kernel = self.chunks[0][2].kernel.name
         self.handle = None
@@ -268,7 +283,7 @@ class DequantGemmPlan(Plan):
         w = self.w
         scratch, views = self._parts(stream)
         for (n0, n, launch), part in zip(self.chunks, views):
-            launch.set_array(5, part)
+            launch.set_array(self._out_arg, part)
             launch.launch(stream)
             if self.handle is None:
                 from ..dispatch.cublas import gemm_host

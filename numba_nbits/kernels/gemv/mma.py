@@ -13,7 +13,7 @@ none/packed, no g_idx, N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked per ca
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 from numba import cuda
@@ -254,7 +254,8 @@ class TensorCorePlan(Plan):
     every M for 4-bit: ``benchmarks/results/2026-11-30-h200-kernels``).
 
     It needs A 16-byte aligned; an unaligned A (e.g. a sliced tensor) is served by the route's CUDA-core
-    plan (``cuda_core()`` builds it), built on first need (outside graph capture).
+    plan (``cuda_core()`` builds it; dequantize + cuBLAS for weights that keep only the tensor-core layout),
+    built on first need (outside graph capture).
     """
 
     def __init__(self, weights, problem, route: str, cuda_core, tactic: Tactic | None = None, l2pf: bool = False):
@@ -283,22 +284,42 @@ class TensorCorePlan(Plan):
 
 
 def build_route(family: str, unmet, weights, problem, route: str, cuda_core, kernel: str, tactic,
-                l2pf: bool = False):
+                l2pf: bool = False, config=None):
     """A fused-GEMV family's ``build``: re-check the family's needs (``core.check``), then ``route_plan``."""
     from . import core
 
     core.check(family, unmet(problem))
     core.check(family, core.weights_unmet(weights, problem))
-    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf)
+    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf, config=config)
 
 
 def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto", tactic: Tactic | None = None,
-               l2pf: bool = False):
+               l2pf: bool = False, config=None):
     """A fused-GEMV route's plan: ``kernel`` "auto" (this tensor-core GEMV for fp16/bf16 when ``supports``
     the problem, else the CUDA-core engine), "cuda_core" or "mma"; ``cuda_core()`` builds the CUDA-core
-    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch)."""
+    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch). For weights
+    that keep only the tensor-core layout (``Weights.packed_only``) the unaligned-A fallback is ``dequant_fallback``
+    under the node's ``config`` instead, and "cuda_core" is refused."""
     if kernel not in ("auto", "cuda_core", "mma"):
         raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
+    if weights.packed_only:  # no ORT B for the CUDA-core engine: an unaligned A takes dequantize + cuBLAS
+        if kernel == "cuda_core":
+            raise ValueError(f"{route}: the CUDA-core kernels read ORT's B layout, and these weights keep only the "
+                             f"tensor-core layout ({weights.describe()})")
+        cuda_core = partial(dequant_fallback, weights, problem, config)
     if kernel == "cuda_core" or (kernel == "auto" and not supports(problem)):
         return cuda_core()
     return TensorCorePlan(weights, problem, route, cuda_core, tactic, l2pf)
+
+
+def dequant_fallback(weights, problem, config=None):
+    """The plan ORT's chain would run here, dequantize + cuBLAS (chunked by its rule): what an unaligned A runs on
+    the ``fused_gemm`` route, and on the GEMV routes for weights that keep only the tensor-core layout (the
+    dequantize then reads that layout)."""
+    from ...config import load_config
+    from ...dispatch.routes import chunk_rule
+    from .. import dequant
+
+    cfg = config if config is not None else load_config({})
+    route = "dequant_cublas_chunked" if chunk_rule(problem, cfg) else "dequant_cublas"
+    return dequant.build(weights, problem, cfg, route)

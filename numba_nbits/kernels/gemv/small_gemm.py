@@ -39,9 +39,11 @@ zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from ..family import KernelFamily
 from . import core
-from .mma import TensorCorePlan
+from .mma import TensorCorePlan, dequant_fallback
 from .tactics import (
     BITS,
     BLOCK_SIZES,
@@ -80,23 +82,12 @@ def unmet(problem):
 supports = core.supports_from(unmet)
 
 
-def _dequant_plan(weights, problem, config):
-    """The plan ORT's chain would run here (dequantize + cuBLAS, chunked by its rule): the unaligned-A fallback."""
-    from ...config import load_config
-    from ...dispatch.routes import chunk_rule
-    from .. import dequant
-
-    cfg = config if config is not None else load_config({})
-    route = "dequant_cublas_chunked" if chunk_rule(problem, cfg) else "dequant_cublas"
-    return dequant.build(weights, problem, cfg, route)
-
-
 def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``; ``tactic``: a ``tactics.Tactic`` (default:
     ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16, ``wide_tactic`` past 64)."""
     core.check(ROUTE, unmet(problem))
     core.check(ROUTE, core.weights_unmet(weights, problem))
-    return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
+    return TensorCorePlan(weights, problem, route, partial(dequant_fallback, weights, problem, config), tactic)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/small_gemm.py", "gemv/mma_source.py", "gemv/mma_xa.py",
