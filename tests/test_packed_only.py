@@ -115,7 +115,7 @@ def _oracle(A, ins, K, N, bits, bs):
 
 
 @pytest.mark.parametrize("bits,bs,act,zp,bias", [
-    (4, 32, "float16", "none", True),
+    (4, 128, "float16", "none", True),  # (block 128: 4-bit block 32 / 64 of so few rows may be the router's)
     (8, 64, "bfloat16", "packed", False),
     (2, 64, "float16", "packed", True),
 ])
@@ -135,7 +135,7 @@ def test_every_route_of_a_packed_only_node(bits, bs, act, zp, bias, monkeypatch)
 
 
 def test_forced_chunked_dequant_reads_the_packed_layout(monkeypatch):
-    N, K, bs = 56, 128, 32
+    N, K, bs = 56, 128, 128
     cfg = {"numba_nbits.force_route": "dequant_cublas_chunked"}
     monkeypatch.setenv("ORT_MATMULNBITS_CHUNK_SIZE", "24")  # chunks of 24 rows: across 16-row tiles
     packed, kept, ins = _ops(N, K, 4, bs, "float16", "none", False, config=cfg, monkeypatch=monkeypatch)
@@ -151,7 +151,7 @@ def test_an_unaligned_a_falls_back_to_dequantize_from_the_packed_layout(monkeypa
     """The GEMV routes' CUDA-core fallback reads B; a packed-only node runs dequantize + cuBLAS instead."""
     from numba_nbits.arrays import DevArray, to_device
 
-    N, K, M, bs = 32, 128, 2, 32
+    N, K, M, bs = 32, 128, 2, 128
     packed, _, ins = _ops(N, K, 4, bs, "float16", "none", True, monkeypatch=monkeypatch)
     A = _act(M, K, "float16", seed=5)
     aligned = np.asarray(packed(A)).astype(np.float64)
@@ -174,7 +174,7 @@ def test_an_unaligned_a_falls_back_to_dequantize_from_the_packed_layout(monkeypa
 def test_cuda_core_kernels_are_refused_on_packed_only_weights(monkeypatch):
     from numba_nbits.kernels.gemv import w4
 
-    packed, _, _ = _ops(32, 128, 4, 32, "float16", "none", False, monkeypatch=monkeypatch)
+    packed, _, _ = _ops(32, 128, 4, 128, "float16", "none", False, monkeypatch=monkeypatch)
     p = packed.problem(1)
     with pytest.raises(ValueError, match="CUDA-core kernels read ORT's B layout"):
         w4.build(packed.weights, p, packed.config, kernel="cuda_core")
