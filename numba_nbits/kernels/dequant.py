@@ -199,6 +199,28 @@ def _flat_views(w, n0: int, rows: int):
     return b, s, zpp, zpt
 
 
+class NodeScratch:
+    """A node's dequantize scratch (``size`` elements of ``dtype``), one per calling thread, allocated on the thread's
+    first use outside graph capture and shared by the node's plans of every M (``DequantGemmPlan``)."""
+
+    def __init__(self, size: int, dtype, simulated: bool):
+        self.size, self.dtype, self.simulated = size, np.dtype(dtype), simulated
+        self._tls = threading.local()
+
+    def get(self, stream):
+        """This thread's scratch; ``stream`` (None: not a call) is checked for capture before allocating."""
+        sc = getattr(self._tls, "scratch", None)
+        if sc is None:
+            from ..arrays import device_empty
+            from ..launch import CaptureError, is_capturing
+
+            if stream is not None and is_capturing(stream):
+                raise CaptureError("dequant_cublas: this thread has no scratch yet; run a warmup inference in this "
+                                   "thread outside capture first.")
+            sc = self._tls.scratch = device_empty((self.size,), self.dtype, self.simulated)
+        return sc
+
+
 class DequantGemmPlan(Plan):
     """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
 
@@ -206,17 +228,18 @@ class DequantGemmPlan(Plan):
     keep only the tensor-core layout (``Weights.packed_only``), that layout (``gemv.dequant_packed``: the same
     bytes).
 
-    The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
-    ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped so the
-    scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would allocate
-    1 GiB for a 262144 x 16384 fp16 LM head). Each calling thread gets its own scratch (allocated on
-    its first call, outside graph capture), so threads running one operator on their own streams do
-    not overwrite each other's dequantized weights. Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
+    The scratch (``rows x K_padded`` in A's dtype) is the node's, shared by its plans of every M (``NodeScratch``:
+    its size does not depend on M, so a served model's distinct prompt lengths do not each add a copy of the
+    dequantized weights). ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped
+    so the scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would allocate 1 GiB for a
+    262144 x 16384 fp16 LM head). Each calling thread gets its own scratch (allocated on its first call, outside
+    graph capture), so threads running one operator on their own streams do not overwrite each other's
+    dequantized weights; one thread's calls of a node share it, so they must be ordered (one stream, or streams
+    the caller orders), as one M's calls always had to be. Under the simulator the GEMM step runs in NumPy
+    (``cublas.gemm_host``).
     """
 
     def __init__(self, w, problem, config, route: str, chunked: bool):
-        from ..arrays import device_empty
-
         self.route = route
         self.w = w
         self.M = problem.M
@@ -227,9 +250,10 @@ class DequantGemmPlan(Plan):
             per_row = w.K_padded * w.np_dtype.itemsize
             rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
         self.rows = rows
-        self._alloc = lambda: device_empty((rows * w.K_padded,), w.np_dtype, w.simulated)
+        self._node = w.derived(f"dequant_scratch_{rows}", lambda: NodeScratch(rows * w.K_padded, w.np_dtype,
+                                                                               w.simulated))
         self._tls = threading.local()
-        self._tls.scratch = self.scratch = self._alloc()
+        self.scratch = self._node.get(None)
         self._vec = w.g_idx is None  # the vector kernels write the scratch as uint32 words
         self._out_arg = 3 if w.packed_only else 5  # the scratch's argument slot in the dequantize kernel
         gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
@@ -257,15 +281,7 @@ class DequantGemmPlan(Plan):
             self.handle = cublas.handle_for(w.device_id)
 
     def _scratch(self, stream: int):
-        sc = getattr(self._tls, "scratch", None)
-        if sc is None:
-            from ..launch import CaptureError, is_capturing
-
-            if is_capturing(stream):
-                raise CaptureError("dequant_cublas: this thread has no scratch yet; run a warmup inference in this "
-                                   "thread outside capture first.")
-            sc = self._tls.scratch = self._alloc()
-        return sc
+        return self._node.get(stream)
 
     def _parts(self, stream: int):
         """This thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
