@@ -204,7 +204,7 @@ class NodeScratch:
         self.size, self.dtype, self.simulated = size, np.dtype(dtype), simulated
         self._tls = threading.local()
 
-    def get(self, stream) -> "DevArray":
+    def get(self, stream):
         """This thread's scratch; ``stream`` (None: not a call) is checked for capture before allocating."""
         sc = getattr(self._tls, "scratch", None)
         if sc is None:
