@@ -44,8 +44,9 @@ iteration waits until its super-chunk has landed (``stages - 2`` newer groups ma
 ``stages - 1`` ahead into that slot, commits, and computes. One ``bar.sync`` per super-chunk.
 
 Epilogue: without split-K each warp stores its accumulators (it owns its rows' whole sums). With ``ksplit > 1``
-each warp writes its partial sums to the plan's workspace slice ``split``; the last CTA of the group to arrive
-(atomic counter) sums the slices in a fixed order (deterministic), stores, and resets the counter.
+each warp writes its partial sums to the workspace slice ``split`` (the node's, per thread: ``mma.ThreadWorkspace``);
+the last CTA of the group to arrive (atomic counter) sums the slices in a fixed order (deterministic), stores, and
+resets the counter.
 
 Warpgroup MMAs (``Tactic.wg``, tag suffix ``h``; sm_90a)
 -----------------------------------------------------
