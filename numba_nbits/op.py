@@ -26,7 +26,8 @@ block_size)`` output: it is checked (ORT's error texts), used as given and serve
 only. With ``weight_prepacked=0`` and the fpA_intB route enabled (``ORT_FPA_INTB_GEMM`` /
 ``ep.cuda.fpa_intb_gemm``) and eligible, B is packed for it here, at construction.
 
-A steady-state call on a device array allocates nothing when ``out`` is given, synchronises nothing
+A steady-state call on a device array allocates nothing when ``out`` is given (dequantize + cuBLAS borrows its
+scratch from a stream-ordered pool in the call's stream: ``scratch.py``; no ``cuMemAlloc``), synchronises nothing
 and compiles nothing, so it can be captured into a CUDA graph.
 """
 from __future__ import annotations
