@@ -201,24 +201,21 @@ def _flat_views(w, n0: int, rows: int):
 
 
 class NodeScratch:
-    """A node's dequantize scratch (``size`` elements of ``dtype``), one per calling thread, allocated on the thread's
-    first use outside graph capture and shared by the node's plans of every M (``DequantGemmPlan``)."""
+    """Under the simulator (no streams, no capture): a node's dequantize scratch of ``size`` elements of ``dtype`` in
+    host memory, one per calling thread, shared by the node's plans of every M (``DequantGemmPlan``; on a GPU the
+    scratch is borrowed per call from ``scratch.pool_for``)."""
 
-    def __init__(self, size: int, dtype, simulated: bool):
-        self.size, self.dtype, self.simulated = size, np.dtype(dtype), simulated
+    def __init__(self, size: int, dtype):
+        self.size, self.dtype = size, np.dtype(dtype)
         self._tls = threading.local()
 
-    def get(self, stream):
-        """This thread's scratch; ``stream`` (None: not a call) is checked for capture before allocating."""
+    def get(self):
+        """This thread's scratch."""
         sc = getattr(self._tls, "scratch", None)
         if sc is None:
             from ..arrays import device_empty
-            from ..launch import CaptureError, is_capturing
 
-            if stream is not None and is_capturing(stream):
-                raise CaptureError("dequant_cublas: this thread has no scratch yet; run a warmup inference in this "
-                                   "thread outside capture first.")
-            sc = self._tls.scratch = device_empty((self.size,), self.dtype, self.simulated)
+            sc = self._tls.scratch = device_empty((self.size,), self.dtype, True)
         return sc
 
 
@@ -256,9 +253,8 @@ class DequantGemmPlan(Plan):
         self._out_arg = 3 if w.packed_only else 5  # the scratch's argument slot in the dequantize kernel
         self._pool = self._node = None
         if w.simulated:  # host memory, one per node and thread (no streams to order a shared one)
-            self._node = w.derived(f"dequant_scratch_{rows}", lambda: NodeScratch(rows * w.K_padded, w.np_dtype,
-                                                                                   w.simulated))
-            base = self.scratch = self._node.get(None)
+            self._node = w.derived(f"dequant_scratch_{rows}", lambda: NodeScratch(rows * w.K_padded, w.np_dtype))
+            base = self.scratch = self._node.get()
         else:  # borrowed per call (``enqueue``); the launches are bound to a null pointer of the chunk's layout
             from ..scratch import pool_for
 
@@ -295,7 +291,7 @@ class DequantGemmPlan(Plan):
         """Simulator: this thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
         p = getattr(self._tls, "parts", None)
         if p is None:
-            scratch = self._node.get(stream)
+            scratch = self._node.get()
             views = []
             for _, n, _ in self.chunks:
                 part = scratch.offset(0, (n * self.w.K_padded,))
