@@ -16,7 +16,7 @@ from numba_nbits.arrays import to_device, to_host
 from numba_nbits.kernels import intrinsics_sm90 as W
 from numba_nbits.launch import Kernel
 
-SMEM_WORDS = 1024  # 4 KiB of shared memory holds B (16 x 64 halves, 2 KiB) in either layout below
+SMEM_WORDS = 2048  # 8 KiB of shared memory holds B up to 16 x 256 halves (8 KiB) in either layout below
 
 
 def _layouts(n):
