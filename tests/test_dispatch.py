@@ -172,11 +172,11 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
 
 
 @pytest.mark.parametrize("N, K, M, tag", [
-    (28672, 8192, 65, "t1w8u1s3xhv"), (28672, 8192, 96, "t1w8u1s3xhv"), (128256, 4096, 90, "t1w8u1s3xhv"),
-    (28672, 8192, 128, "t1w8u1s3xhv"), (128256, 4096, 100, "t1w8u1s3xhv"),
+    (28672, 8192, 65, "t1w8u1xhvm"), (28672, 8192, 96, "t1w8u1xhvm"), (128256, 4096, 90, "t1w8u1xhvm"),
+    (28672, 8192, 128, "t1w8u1xhvm"), (128256, 4096, 100, "t1w8u1xhvm"),
     (8192, 28672, 96, "t2w8u1k4s3xhv"), (8192, 28672, 128, "t2w8u1k4s3xhv"),
-    (14336, 4096, 96, "t1w8u1s3xhv"), (14336, 4096, 97, "t1w8u1s3xhv"), (12288, 4096, 128, "t1w8u1s3xhv"),
-    (28672, 8192, 129, "t1w8u1s3xhv"), (28672, 8192, 256, "t1w8u1s3xhv"), (14336, 4096, 200, "t1w8u1s3xhv"),
+    (14336, 4096, 96, "t1w8u1xhvm"), (14336, 4096, 97, "t1w8u1xhvm"), (12288, 4096, 128, "t1w8u1xhvm"),
+    (28672, 8192, 129, "t1w8u1xhvm"), (28672, 8192, 256, "t1w8u1xhvm"), (14336, 4096, 200, "t1w8u1xhvm"),
     (8192, 28672, 129, None), (8192, 28672, 256, None),  # 8192..12287 rows: to M = 128
     (4096, 14336, 96, "t1w8u1k4s3xhv"), (4096, 14336, 97, None),  # down projections: 12 m-tiles only
     (4096, 4096, 96, None), (8184, 4096, 96, None),  # short K, or N short of 8192 rows: ORT's chain

@@ -117,7 +117,9 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (8192, 28672, 128, 4, 64, "t2w8u1k4s3xh"),  # few rows: K split 4 ways, A as it is
     (8192, 28672, 128, 4, 32, "t2w4u1k4s4x"),  # ... and at 4 m-tiles the mma.sync kernel
     (28672, 8192, 128, 4, 48, "t2w4u1s4x"),  # 6 m-tiles: the mma.sync kernel
-    (14336, 4096, 128, 4, 64, "t2w4u1s4x"), (14336, 4096, 128, 4, 32, "t2w4u1s4x"),  # 14336 rows: mma.sync
+    (14336, 4096, 128, 4, 64, "t1w8u1s3xhvm"),  # 12288..24575 rows, 8 m-tiles: the barrier pipeline
+    (12288, 4096, 128, 4, 57, "t1w8u1s3xhvm"), (24575, 4096, 128, 4, 64, "t1w8u1s3xhvm"),
+    (14336, 4096, 128, 4, 32, "t2w4u1s4x"), (14336, 4096, 128, 4, 48, "t2w4u1s4x"),  # ... 4 / 6 m-tiles: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
     (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
     (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
@@ -132,10 +134,11 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 @pytest.mark.parametrize("N, K, M, tag, dtype", [
     (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
-    (24576, 1024, 96, "t1w8u1s3xhv", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
-    (12288, 1024, 70, "t1w8u1s3xhv", "float16"), (24576, 1024, 112, "t1w8u1s3xhv", "float16"),
-    (24576, 1024, 128, "t1w8u1s3xhv", "bfloat16"), (24576, 1024, 200, "t1w8u1s3xhv", "float16"),
-    (16384, 2048, 256, "t1w8u1s3xhv", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
+    (24576, 1024, 96, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
+    (12288, 1024, 70, "t1w8u1xhvm", "float16"), (24576, 1024, 112, "t1w8u1xhvm", "float16"),
+    (24576, 1024, 128, "t1w8u1xhvm", "bfloat16"), (24576, 1024, 200, "t1w8u1xhvm", "float16"),
+    (16384, 2048, 256, "t1w8u1xhvm", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
+    (16384, 1024, 64, "t1w8u1s3xhvm", "float16"),  # 8 m-tiles on 12288..24575 rows: the barrier pipeline
 ])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     """On an sm_90 GPU (either compiler) a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``

@@ -378,6 +378,8 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
         if N >= WG_MIN_N:
             minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
             return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
+        if N >= XA_NOSPLIT_N and mt == WG_M_TILES[1]:
+            return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True, mb=True)
         if N < XA_NOSPLIT_N and mt == WG_M_TILES[1]:
             return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
     if N >= XA_NOSPLIT_N:
@@ -421,7 +423,7 @@ def wide_tactic(problem) -> Tactic | None:
         return None
     mt = m_tiles(p.M)
     if p.N >= XA_NOSPLIT_N:
-        return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True)
+        return Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
     if p.N >= XA_MIN_N and mt <= WG_M_TILES_BEYOND[1]:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     if p.N >= WG_DOWN_MIN_N and p.K >= WG_DOWN_MIN_K and mt == WG_M_TILES_BEYOND[0]:
