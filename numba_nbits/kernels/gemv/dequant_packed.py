@@ -151,25 +151,16 @@ def dequant_packed_kernel(bits: int, act: str, zp_kind: str, block_size: int):
     return Kernel(fn, argtypes, name=name, fastmath=False)
 
 
-def bind(weights, packed, n0: int, n_rows: int, out, max_blocks: int | None = None):
+def bind(weights, packed, n0: int, n_rows: int, out, max_blocks: int):
     """A ``Launch`` that writes rows ``[n0, n0 + n_rows)`` of the dequantized weights into ``out`` (a 1-D
-    ``n_rows * K_padded`` view in the weights' dtype), from ``packed`` (``layout.Packed``).
-
-    The grid is one wave: the CTAs that fit on the device at once (``core.resident_blocks`` per SM, by the
-    compiled kernel's registers; two per SM under the simulator), or ``max_blocks`` if fewer. A fixed 8 per SM ran
-    1.6x slower than ``dequant_fast`` on the H200 (28672x8192: 248.9 against 154.5 us): at 47 registers only 5
-    CTAs fit, so the grid-stride loop ran as a full wave and then a 60%-occupied second one."""
+    ``n_rows * K_padded`` view in the weights' dtype), from ``packed`` (``layout.Packed``)."""
     w = weights
     tile0 = n0 // 16
     tiles = -(-(n0 + n_rows) // 16) - tile0
     n_items = tiles * packed.n_super
     zpp = w.zp_packed if w.zp_kind == "packed" else w.dummy(np.uint8)
+    grid = max(1, min(max_blocks, -(-n_items // WARPS)))
     k = dequant_packed_kernel(w.bits, w.dtype, w.zp_kind, w.block_size)
-    from .core import resident_blocks
-    from .tactics import sm_count
-
-    wave = sm_count(w.simulated) * (2 if w.simulated else resident_blocks(k, THREADS, 0))
-    grid = max(1, min(wave if max_blocks is None else min(wave, max_blocks), -(-n_items // WARPS)))
     args = (packed.bq, w.scales, zpp, out.view(np.uint32), n0, n_rows, w.K_padded, w.k_blocks, w.zp_row,
             packed.n_super, tile0, n_items)
     return k.bind(grid, THREADS, args)
