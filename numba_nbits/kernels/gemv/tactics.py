@@ -332,8 +332,9 @@ XA_KSPLIT = 4
 #: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, block 128 (the
 #: only block measured), ``WG_M_TILES`` m-tiles (M = 25..32 and 49..64), activations permuted per call (``pa``)
 #: where that was faster: on N >= ``WG_MIN_N`` rows (``gemm_tactic``; launch bounds for two CTAs per SM at 4
-#: m-tiles and from ``WG_MINB_N`` rows), and at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
-#: ``XA_KSPLIT`` ways; past M = 64 ``wide_tactic``
+#: m-tiles and from ``WG_MINB_N`` rows), at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
+#: ``XA_KSPLIT`` ways, and at 8 m-tiles on ``XA_NOSPLIT_N <= N < WG_MIN_N`` with the barrier pipeline (``mb``);
+#: past M = 64 ``wide_tactic``
 WG_BITS = (4,)
 WG_BLOCKS = (128,)
 WG_M_TILES = (4, 8)
@@ -358,7 +359,10 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU), 4-bit block-128 weights at 4 and 8 m-tiles
     (M = 25..32, 49..64) take the warpgroup-MMA kernel with permuted activations on N >= ``WG_MIN_N``:
     ``t2w8u1s3b2xhv`` at 4 m-tiles and from ``WG_MINB_N`` rows, else ``t2w8u1s3xhv``; at 8 m-tiles on
-    ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there). Against the
+    ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there), and at 8 m-tiles
+    on ``XA_NOSPLIT_N <= N < WG_MIN_N`` the barrier pipeline ``t1w8u1s3xhvm`` (``Tactic.mb``): on 14336x4096 at M = 64
+    28.8 us against the previous default ``t2w4u1s4x``'s 38.0 (fp16 dense 33.5; H200 2026-12-05, run 1 and run 5 of
+    ``benchmarks/results/2026-12-05-h200-next-all``). Against the
     previous default at M = 64: 82.8 us against 96.0 (28672x8192), 144.1 against 187.8 (128256x4096); at M = 32:
     62.9 against 69.3, 107.5 against 134.0; on 14336 and 4096 rows, and at 4 m-tiles on 8192 rows, the ``mma.sync``
     kernels stayed as fast or faster (``benchmarks/results/2026-12-04-h200-wg-pa``; waiting for the MMAs every
@@ -404,15 +408,20 @@ def wide_tactic(problem) -> Tactic | None:
     none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
     activations permuted per call (``pa``):
 
-    * N >= ``XA_NOSPLIT_N``: ``t1w8u1s3xhv`` (128 rows per CTA; 106 / 122 / 154 / 188 registers at 12 / 16 / 24 / 32
-      m-tiles, one CTA per SM from 24);
+    * N >= ``XA_NOSPLIT_N``: ``t1w8u1xhvm`` (128 rows per CTA, the barrier pipeline ``Tactic.mb`` with 2 slots: 84 KB of
+      shared memory at 16 m-tiles, two CTAs per SM; one at 32). Against the previous ``t1w8u1s3xhv`` in the same run
+      (H200 2026-12-05, run 5 of ``benchmarks/results/2026-12-05-h200-next-all``), M = 128 / 256: 111.8 / 200.6 us
+      against 146.1 / 246.9 (28672x8192), 220.4 / 409.5 against 291.7 / 493.9 (128256x4096), 37.7 / 57.4 against
+      42.9 / 70.7 (14336x4096); in run 1 the 3-slot form ``t1w8u1s3xhvm`` was within 3% of it except at M = 128 on
+      28672x8192 (124.9 against 113.1);
     * ``XA_MIN_N <= N < XA_NOSPLIT_N``, to 16 m-tiles: ``t2w8u1k4s3xhv`` (K split 4 ways);
     * ``WG_DOWN_MIN_N <= N < XA_MIN_N`` with K >= ``WG_DOWN_MIN_K`` (down projections), 12 m-tiles: ``t1w8u1k4s3xhv``;
     * else None.
 
-    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
-    ``bench_small_gemm``): at M = 96 / 128, 106.0 / 147.4 us against the previous default's 148.6 / 188.7
-    (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels), 159.0 / 194.7 against 169.6 /
+    The rest was fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
+    ``bench_small_gemm``, with ``t1w8u1s3xhv`` on N >= ``XA_NOSPLIT_N``): at M = 96 / 128, 106.0 / 147.4 us against
+    the previous default's 148.6 / 188.7 (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels),
+    159.0 / 194.7 against 169.6 /
     226.8 (8192x28672), at M = 128 42.6 against dequantize + cuBLAS's 76.0 (14336x4096); on 4096x14336
     ``t1w8u1k4s3xhv`` 64.5 against 78.7 at M = 96 (run 6), and only 75.6 against 79.2 at 128 (run 5). Default calls
     at M = 192 / 256 (run 7): 196.7 / 248.4 against 298.6 / 333.6 (28672x8192), 56.6 / 70.5 against 79.0 / 86.8
