@@ -68,6 +68,19 @@ def _problem(**kw):
     return Problem(**base)
 
 
+ON = {"NUMBA_NBITS_PACKED_ONLY": "1"}
+
+
+def test_keeping_only_the_packed_layout_is_opt_in():
+    """Off by default (dequantize + cuBLAS from the packed layout is slower than from B): on with the env var or
+    the config key, which wins."""
+    assert not load_config({}).packed_only
+    assert not packed_layout_serves(_problem(), load_config({}))
+    assert packed_layout_serves(_problem(), load_config(ON))
+    assert not packed_layout_serves(_problem(), load_config(ON, {"numba_nbits.packed_only": False}))
+    assert packed_layout_serves(_problem(), load_config({}, {"numba_nbits.packed_only": "1"}))
+
+
 @pytest.mark.parametrize("kw,env,want", [
     ({}, {}, True),
     ({"dtype": "bfloat16", "bits": 8, "zero_points": "packed", "block_size": 32}, {}, True),
@@ -86,15 +99,16 @@ def _problem(**kw):
     ({}, {"NUMBA_NBITS_FUSED_GEMM": "0"}, True),
 ])
 def test_which_nodes_keep_only_the_packed_layout(kw, env, want):
-    assert packed_layout_serves(_problem(**kw), load_config(env)) is want
+    """With the opt-in on, the nodes whose every route reads the tensor-core layout."""
+    assert packed_layout_serves(_problem(**kw), load_config({**ON, **env})) is want
 
 
 def _ops(N, K, bits, bs, act, zp, bias, config=None, seed=0, monkeypatch=None):
-    """The node twice: keeping only the packed layout (the default here) and keeping ORT's B."""
+    """The node twice: keeping only the packed layout (``numba_nbits.packed_only`` on) and keeping ORT's B."""
     B, sc, zpa = _inputs(N, K, bits, bs, act, zp, seed)
     b = (np.random.default_rng(seed + 1).standard_normal(N) * 0.1).astype(sc.dtype) if bias else None
     kw = dict(K=K, N=N, bits=bits, block_size=bs, config=config)
-    packed = MatMulNBits(B, sc, zpa, None, b, **kw)
+    packed = MatMulNBits(B, sc, zpa, None, b, **{**kw, "config": {**(config or {}), "numba_nbits.packed_only": True}})
     with monkeypatch.context() as m:
         m.setattr(op_module, "packed_layout_serves", lambda *a: False)
         kept = MatMulNBits(B, sc, zpa, None, b, **kw)
