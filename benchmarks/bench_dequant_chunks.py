@@ -6,8 +6,10 @@ dequantize, and whether an L2-sized chunk (the GEMM reading its dequantized weig
 
 For each shape (4-bit, block 128, fp16, symmetric; random ORT-layout bytes) it times
 
-* ``dequant kernel``: the route's dequantize of the whole matrix alone, with its bytes (codes + scales read,
-  fp16 written) over time as TB/s;
+* ``dequant kernel from B`` / ``from packed``: the dequantize of the whole matrix alone, from ORT's B
+  (``dequant_fast``) and from the tensor-core layout (``dequant_packed``: what these fp16 nodes run, since they keep
+  only that layout; its bytes are checked identical), with their bytes (codes + scales read, fp16 written) over
+  time as TB/s;
 * for each M and each ``--chunks`` value: the route forced (``numba_nbits.force_route``), ``0`` =
   ``dequant_cublas`` (all N at once into an N x K scratch), ``R`` = ``dequant_cublas_chunked`` with
   ``ORT_MATMULNBITS_CHUNK_SIZE=R`` rows per chunk (an ``R x K`` fp16 scratch, ``scratch_mb``, dequantized and
@@ -62,10 +64,15 @@ def run(shapes, Ms, chunks, emit) -> list:
     from numba import cuda
 
     import numba_nbits as nb
+    from numba_nbits.arrays import device_empty, to_host
+    from numba_nbits.kernels import dequant
+    from numba_nbits.kernels.gemv import dequant_packed, repack
+    from numba_nbits.kernels.gemv.tactics import sm_count
     from numba_nbits.launch import simulated
     from numba_nbits.perf import harness
     from numba_nbits.perf.subjects import random_weights
     from numba_nbits.reference import relative_error
+    from numba_nbits.weights import build_weights
 
     sim = simulated()
     backend = harness.make_backend()
@@ -77,18 +84,30 @@ def run(shapes, Ms, chunks, emit) -> list:
             bs = w.block
             base = nb.MatMulNBits(w.B, w.scales, None, K=K, N=N, bits=4, block_size=bs,
                                   config={"numba_nbits.force_route": "dequant_cublas"})
-            # the dequantize kernel alone: the unchunked plan's first launch, built by a first call
-            A1 = cuda.to_device(rng.standard_normal((Ms[0], K)).astype(np.float16))
-            base(A1)
-            plan = base._entries[Ms[0]].plan
-            (_, _, dq), = plan.chunks
-            part = plan._parts(0)[1][0]
-            dq.set_array(5, part)
-            us = _time_us(backend, lambda s: dq.launch(s), sim)
-            nbytes = w.B.nbytes + w.scales.nbytes + N * (-(-K // bs) * bs) * 2
-            rows.append(emit(dict(shape=f"{N}x{K}", M="", what=f"dequant kernel ({dq.kernel.name})", chunk_rows="",
-                                  scratch_mb="", us=us, tb_s=nbytes / us / 1e6 if us == us else float("nan"),
-                                  rel_err="")))
+            # the dequantize kernels alone, on one node's weights: from ORT's B (``dequant_fast``) and from the
+            # tensor-core layout (``dequant_packed``, what a node that keeps only that layout runs), into one scratch
+            wd = build_weights(w.B, w.scales, K=K, N=N, bits=4, block_size=bs, simulated=sim)
+            scratch = device_empty((N * wd.K_padded,), np.float16, sim)
+            b, sc, zpp, zpt = dequant._flat_views(wd, 0, N)
+            launches = [("B", dequant.bind_dequant(b, sc, zpp, zpt, wd.dummy(np.int32), scratch, bits=4, act="float16",
+                                                  zp_kind="none", has_gidx=False, n_rows=N, k_blocks=wd.k_blocks,
+                                                  block_size=bs, zp_row=wd.zp_row)),
+                        ("packed", dequant_packed.bind(wd, repack.prepack(wd), 0, N, scratch,
+                                                       dequant.MAX_BLOCKS_PER_SM * sm_count(sim)))]
+            first = None
+            for src, dq in launches:
+                dq.launch(0)
+                got = to_host(scratch).view(np.uint16).copy()
+                if first is None:
+                    first = got
+                elif not np.array_equal(got, first):
+                    raise AssertionError(f"{N}x{K}: the dequantize from the packed layout differs from dequant_fast")
+                us = _time_us(backend, lambda s, dq=dq: dq.launch(s), sim)
+                nbytes = w.B.nbytes + w.scales.nbytes + N * wd.K_padded * 2
+                rows.append(emit(dict(shape=f"{N}x{K}", M="", what=f"dequant kernel from {src} ({dq.kernel.name})",
+                                      chunk_rows="", scratch_mb="", us=us,
+                                      tb_s=nbytes / us / 1e6 if us == us else float("nan"), rel_err="")))
+            del wd, scratch, launches
             for M in Ms:
                 A = cuda.to_device(rng.standard_normal((M, K)).astype(np.float16))
                 ref = None

@@ -271,10 +271,9 @@ def run(shapes, ms, tactics, bits_list=BITS, every=False, skipped=None, rows=Non
                 Wd = []
                 for _ in range(Rd):
                     Wc = device_empty((N * K,), np.float16, sim)
-                    if sim:
-                        Wc.host_view()[...] = plans[0].scratch.host_view()[:N * K]
-                    else:
-                        nbdrv.device_to_device(Wc.owner, plans[0].scratch.owner, N * K * 2)
+                    if plans[0].rows != N or plans[0].w.K_padded != K:
+                        raise SystemExit(f"{N}x{K}: the dense baseline needs an unchunked plan and K % {BLOCK} == 0")
+                    plans[0].dequantize_into(0, Wc, 0)  # the route's own dequantize into the dense copy
                     Wd.append(Wc)
                 dense_rows = []
                 for M in ms:

@@ -11,7 +11,10 @@ and the bias-add kernel. Each is compiled from scratch in this process for compu
 GPU is needed (without one, numba's current-device query is answered with ``--cc`` for typing, and the
 cubin is linked by nvJitLink). The first compilation of a process also pays numba's one-time set-up, so
 a small warm-up kernel is compiled (and not reported) first. Kernels compile as the library compiles them,
-with ``numba_nbits.lowering_fix`` installed; ``--stock-lowering`` measures numba-cuda's lowering as shipped.
+with ``numba_nbits.lowering_fix`` installed and call typing remembered within each compile
+(``numba_nbits.typing_memo``); ``--stock-lowering`` measures numba-cuda's lowering as shipped, ``--no-typing-memo``
+numba's call typing as shipped. ``--tactics TAG:MT ...`` adds tensor-core kernels of the given tactics and m-tiles
+(e.g. the fused GEMM's ``t1w8u1s3xhv:16``) for the first shape's K.
 
 Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
 kernel with its generated-source lines, ``gen_s`` (generating and loading the Python source), ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
@@ -90,16 +93,22 @@ def _lines(fn) -> int | str:
         return ""
 
 
-def stages(kernel, cc: tuple) -> dict:
-    """Compile ``kernel`` from scratch: seconds per stage and the costliest front-end passes."""
+def stages(kernel, cc: tuple, memo: bool = False) -> dict:
+    """Compile ``kernel`` from scratch: seconds per stage and the costliest front-end passes (``memo``: inside
+    ``typing_memo.active()``, as ``backend`` compiles)."""
+    from contextlib import nullcontext
+
     from numba.cuda import types
+
+    from numba_nbits import typing_memo
     from numba.cuda.compiler import compile_cuda, kernel_fixup
     from numba.cuda.cudadrv import nvvm
 
     cc3 = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
     t0 = time.perf_counter()
-    cres = compile_cuda(kernel.pyfunc, types.void, kernel.argtypes, debug=False, lineinfo=False, fastmath=False,
-                        nvvm_options={"fastmath": False, "opt": 3}, cc=cc3)
+    with typing_memo.active() if memo else nullcontext():
+        cres = compile_cuda(kernel.pyfunc, types.void, kernel.argtypes, debug=False, lineinfo=False, fastmath=False,
+                            nvvm_options={"fastmath": False, "opt": 3}, cc=cc3)
     lib = cres.library
     fn = lib.get_function(cres.fndesc.llvm_func_name)
     kernel_fixup(fn, False)
@@ -131,6 +140,10 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="compile at most this many kernels (0: all)")
     ap.add_argument("--stock-lowering", action="store_true",
                     help="compile with numba-cuda's lowering as shipped (without numba_nbits.lowering_fix)")
+    ap.add_argument("--no-typing-memo", action="store_true",
+                    help="resolve every call's typing as numba does (without numba_nbits.typing_memo)")
+    ap.add_argument("--tactics", nargs="*", default=[], metavar="TAG:MT",
+                    help="also compile these tensor-core tactics at these m-tiles (K of the first shape)")
     args = ap.parse_args(argv)
     try:
         shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
@@ -141,22 +154,34 @@ def main(argv=None) -> int:
         raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)") from None
     os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
     _answer_device_queries_with(cc)
-    from numba_nbits import lowering_fix
+    from numba_nbits import lowering_fix, typing_memo
 
     if not args.stock_lowering:
         lowering_fix.install()
-    print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}")
+    memo = not args.no_typing_memo and typing_memo.install()
+    print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}; call typing: "
+          f"{typing_memo.status() if memo else 'as shipped'}")
 
     from numba_nbits.kernels.bias import bias_add_kernel
 
-    stages(bias_add_kernel("float32"), cc)  # numba's one-time set-up, not reported
+    stages(bias_add_kernel("float32"), cc, memo)  # numba's one-time set-up, not reported
     todo = kernel_set(shapes, args.bits, args.block, args.dtype, _parse_M(args.M))
+    if args.tactics:
+        from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, k_full
+        from numba_nbits.kernels.gemv.tactics import Tactic
+
+        for spec in args.tactics:
+            tag, _, mt = spec.partition(":")
+            t0 = time.perf_counter()
+            k = gemv_mma_kernel(args.dtype, int(mt or 1), Tactic.parse(tag), args.block, "none", args.bits, False,
+                                k_full(shapes[0][1], args.block, args.bits))
+            todo.append((k, _lines(k.pyfunc), time.perf_counter() - t0))
     if args.limit:
         todo = todo[:args.limit]
     rows = []
     for kernel, lines, gen_s in todo:
         r = {"kernel": kernel.name, "lines": lines, "gen_s": round(gen_s, 4)}
-        r.update(stages(kernel, cc))
+        r.update(stages(kernel, cc, memo))
         for k in ("frontend_s", "nvvm_s", "link_s", "total_s"):
             r[k] = round(r[k], 3)
         rows.append(r)

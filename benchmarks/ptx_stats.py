@@ -140,7 +140,8 @@ def late_loads(body: list) -> int:
 def main_loop(sass: str) -> dict:
     """The main loop of a kernel's SASS (``nvdisasm -c`` text): of the loops (a label to a branch back to it),
     the one with the most tensor-core instructions (HMMA / HGMMA / IMMA), then the longest (a GEMV's cross-warp
-    reduction loop can be longer than its K loop); ``{"main_loop": instructions, "late_loads": late_loads(...),
+    reduction loop can be longer than its K loop), leaving out spans with an ``EXIT`` (ptxas places the retry of
+    an ``mbarrier`` wait after the kernel's end, and its branch back would take in the epilogue); ``{"main_loop": instructions, "late_loads": late_loads(...),
     "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent first); empty without a backward
     branch."""
     lines = sass.splitlines()
@@ -154,6 +155,8 @@ def main_loop(sass: str) -> dict:
         if b and b.group(1) in labels:
             span = lines[labels[b.group(1)]:i + 1]
             body = [x for x in span if _SASS_INSTR.search(x)]
+            if any(_SASS_INSTR.search(x).group(2) == "EXIT" for x in body):
+                continue  # a branch from out-of-line code after the kernel's end back into a loop (a wait's retry)
             key = (sum(_SASS_INSTR.search(x).group(2) in _TENSOR_OPS for x in body), len(body))
             if best is None or key > best[0]:
                 best = (key, body, span)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from . import lowering_fix
+from . import lowering_fix, typing_memo
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -240,11 +240,20 @@ def _rebound(pyfunc):
 
 
 def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options) -> str:
-    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``."""
+    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``. On
+    numba-cuda-mlir at 9.0 the PTX of a full compile for ``chip="sm_90a"`` (its ``compile_ptx`` takes no
+    ``chip`` and targets plain sm_90, which refuses ``wgmma``)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
+    opts = jit_options(options, tuple(cc))
+    if "chip" in opts:
+        return c.jit(sig, **opts)(rebind(pyfunc)).compile(sig).metadata["ptx"]
     if compiler() == "numba" and not simulated():
         lowering_fix.install()
+        typing_memo.install()
+        with typing_memo.active():
+            ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
+        return ptx
     ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
     return ptx
 
@@ -262,8 +271,10 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
         return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
     check_numba_numpy()
     lowering_fix.install()
-    disp = c.jit(sig, **options)(pyfunc)
-    return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
+    typing_memo.install()
+    with typing_memo.active():  # the signature given: numba-cuda compiles here
+        disp = c.jit(sig, **options)(pyfunc)
+        return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 
 
 def check_numba_numpy(numpy_version: str | None = None) -> None:

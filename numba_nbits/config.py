@@ -90,6 +90,8 @@ ENV_CALL_GRAPHS = "NUMBA_NBITS_CALL_GRAPHS"
 KEY_CALL_GRAPHS = "numba_nbits.call_graphs"
 ENV_FUSED_GEMM = "NUMBA_NBITS_FUSED_GEMM"
 KEY_FUSED_GEMM = "numba_nbits.fused_gemm"
+ENV_PACKED_ONLY = "NUMBA_NBITS_PACKED_ONLY"
+KEY_PACKED_ONLY = "numba_nbits.packed_only"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
@@ -255,8 +257,8 @@ _KNOBS: tuple[_Knob, ...] = (
         "disable_router_gemv", ENV_DISABLE_ROUTER_GEMV, None, "config",
         _parse_bool, "bool", "false",
         "bool",
-        "disable the gpt-oss router GEMV (M=1, N=32, K=2880); the shape then takes the "
-        "generic M=1 GEMV plus bias-add",
+        "disable the router GEMV (M=1, N<=256, K<=8192: gpt-oss-20b's 32x2880, DeepSeek-V3's 256x7168 ...); "
+        "those shapes then take the generic M=1 GEMV plus bias-add",
     ),
     _Knob(
         "force_chunked", ENV_FORCE_CHUNKED, None, "config",
@@ -360,6 +362,15 @@ _KNOBS: tuple[_Knob, ...] = (
         "wide 4-bit block-128 weights to M = 256) instead of ORT's dequantize + cuBLAS; false: ORT's dispatch "
         "chain exactly",
     ),
+    _Knob(
+        "packed_only", ENV_PACKED_ONLY, KEY_PACKED_ONLY, "config",
+        _parse_bool, "bool", "false",
+        "bool: 0/1/true/false; config wins over env",
+        "a node whose every route reads the tensor-core layout (fp16/bf16, no g_idx, fpA_intB off, ...) frees "
+        "ORT's B once that layout is built: half the weights' device memory, but dequantize + cuBLAS (M past the "
+        "fused kernels) then dequantizes from the packed layout, 1.6x slower (ORT's chain +13% at M = 1024 on "
+        "28672x8192, +33% at M = 256 on 14336x4096, H200)",
+    ),
 )
 
 _KNOB_BY_FIELD = {k.field: k for k in _KNOBS}
@@ -406,12 +417,14 @@ class Config:
     scratch_limit_bytes: int = DEFAULT_SCRATCH_LIMIT_MB * MIB
     call_graphs: bool = True
     fused_gemm: bool = True
+    packed_only: bool = False
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for name in ("fpa_intb_gemm", "fpa_intb_debug", "disable_router_gemv",
-                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs", "fused_gemm"):
+                     "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs", "fused_gemm",
+                     "packed_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
         for name, low in (("chunk_size", 1), ("m_chunk_size", 0),

@@ -3,7 +3,10 @@
 ``MatMulNBits(B, scales, zero_points, g_idx, bias, *, K, N, bits, block_size, ...)`` validates the
 attributes and constant inputs (``schema.py``), parses the configuration once (``config.py``:
 explicit ``config=`` keys beat environment variables, which beat defaults) and copies the weights to
-the device once (``weights.py``). ``op(A, out=None, stream=None)`` then:
+the device once (``weights.py``): where every route can read the tensor-core GEMV's layout
+(``dispatch.select.packed_layout_serves``: fp16/bf16 weights on an sm >= 80 device, fpA_intB off, ...) the node
+builds that layout here and frees ORT's B, so the weights take their packed size once on the device, not twice.
+``op(A, out=None, stream=None)`` then:
 
 1. adapts A (NumPy, numba device array, torch, CuPy, any CUDA-array-interface object) and checks it;
 2. looks up the plan cached for this M — the first call for an M runs ``dispatch.select`` and builds
@@ -23,7 +26,8 @@ block_size)`` output: it is checked (ORT's error texts), used as given and serve
 only. With ``weight_prepacked=0`` and the fpA_intB route enabled (``ORT_FPA_INTB_GEMM`` /
 ``ep.cuda.fpa_intb_gemm``) and eligible, B is packed for it here, at construction.
 
-A steady-state call on a device array allocates nothing when ``out`` is given, synchronises nothing
+A steady-state call on a device array allocates nothing when ``out`` is given (dequantize + cuBLAS borrows its
+scratch from a stream-ordered pool in the call's stream: ``scratch.py``; no ``cuMemAlloc``), synchronises nothing
 and compiles nothing, so it can be captured into a CUDA graph.
 """
 from __future__ import annotations
@@ -39,7 +43,7 @@ from .arrays import DevArray, _mk, adapt_input, alloc_output, dtype_name, result
 from .bound import Bound, CallRecord, reader_for
 from .config import Config, load_config
 from .dispatch.problem import DEFAULT_SMEM_PER_BLOCK, Problem
-from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, select
+from .dispatch.select import PREPACKED_NOT_ELIGIBLE, Decision, packed_layout_serves, select
 from .kernels import get_family
 from .launch import CaptureError, is_capturing, simulated
 from .weights import build_weights
@@ -108,6 +112,11 @@ class MatMulNBits:
 
             mixed_gemm.prepack(self.weights, fpa_intb.packing_sm(self.sm, weight_prepacked),
                                prepacked=weight_prepacked != 0)
+        elif packed_layout_serves(self.problem(1), self.config):  # one copy of the weights, not two
+            from .kernels.gemv import repack
+
+            # (a simulated node's weights are host memory: NumPy builds the same layout without simulating a kernel)
+            self.weights.keep_packed_only(repack.prepack_cached_on_host if self._simulated else repack.prepack)
 
     def _serves_fpa_intb(self, M: int = 1) -> bool:
         try:

@@ -5,6 +5,8 @@ bias copied to the device in the kernels' layouts (flat 1-D views, bf16 as its b
 attributes every kernel needs. Routes may derive further layouts (for example a prepacked layout
 for the tensor-core kernel) through ``Weights.derived(key, build)``, which builds each one once,
 outside any graph capture; a family keeps per-node state there too (the fpA_intB tactic profiler).
+A node whose every route reads the tensor-core layout keeps only that layout (``keep_packed_only``): ORT's B
+is freed once the layout is built, so the weights occupy their packed size once on the device, not twice.
 The plans the families build from these weights are ``kernels.family.Plan``.
 """
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Weights(BlockGeometry):
     bits: int
     block_size: int
     dtype: str  # "float32" | "float16" | "bfloat16": the dtype of A, scales, typed zp, bias, Y
-    b: DevArray  # uint8 (N, k_blocks, blob_size)
+    b: Optional[DevArray]  # uint8 (N, k_blocks, blob_size); None once ``keep_packed_only`` freed it
     scales: DevArray  # (N * k_blocks,) in dtype
     zp_kind: str  # one of ZP_KINDS
     zp_packed: Optional[DevArray]  # uint8 (N * zp_row,)
@@ -57,7 +59,27 @@ class Weights(BlockGeometry):
     @property
     def b_words(self) -> DevArray:
         """B as a flat uint32 array (each row is a multiple of 4 bytes)."""
-        return self.derived("b_words", lambda: self.b.view(np.uint32))
+        return self.derived("b_words", lambda: self.onnx_b().view(np.uint32))
+
+    @property
+    def packed_only(self) -> bool:
+        """Whether ORT's B was freed (``keep_packed_only``): the tensor-core layout is the node's only copy."""
+        return self.b is None
+
+    def onnx_b(self) -> DevArray:
+        """B in ORT's layout; an error naming the node when only the tensor-core layout is kept."""
+        if self.b is None:
+            raise RuntimeError(f"MatMulNBits weights ({self.describe()}) keep only the tensor-core layout "
+                               "(Weights.keep_packed_only); a kernel that reads ORT's B layout cannot run on them")
+        return self.b
+
+    def keep_packed_only(self, prepack: Callable[["Weights"], Any]) -> None:
+        """Build the tensor-core layout (``prepack(self)``, cached in ``derived``), then free ORT's B: every
+        route the node takes must read that layout (``dispatch.select.packed_layout_serves``)."""
+        prepack(self)
+        with self._lock:
+            self._derived.pop("b_words", None)
+            self.b = None
 
     def dummy(self, dtype) -> DevArray:
         """A 1-element placeholder (zero) for an absent optional input of a kernel, shared by every node on this
@@ -82,7 +104,8 @@ class Weights(BlockGeometry):
 
     def describe(self) -> str:
         return (f"N={self.N} K={self.K} bits={self.bits} block_size={self.block_size} dtype={self.dtype} "
-                f"zero_points={self.zp_kind} g_idx={self.g_idx is not None} bias={self.bias is not None}")
+                f"zero_points={self.zp_kind} g_idx={self.g_idx is not None} bias={self.bias is not None}"
+                + (" layout=tensor-core only" if self.b is None else ""))
 
 
 def build_weights(B: np.ndarray, scales: np.ndarray, zero_points=None, g_idx=None, bias=None, *, K: int, N: int,

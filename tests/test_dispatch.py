@@ -6,7 +6,7 @@ import pytest
 
 from numba_nbits.config import load_config
 from numba_nbits.dispatch.problem import Problem
-from numba_nbits.dispatch.routes import ROUTE_NAMES, ROUTES, ROUTER_SHAPES
+from numba_nbits.dispatch.routes import ROUTE_NAMES, ROUTER_MAX_K, ROUTER_MAX_N, ROUTER_SHAPES, ROUTES
 from numba_nbits.dispatch.select import select
 from numba_nbits.explain import explain, main, route_table_markdown
 
@@ -172,11 +172,11 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
 
 
 @pytest.mark.parametrize("N, K, M, tag", [
-    (28672, 8192, 65, "t1w8u1s3xhv"), (28672, 8192, 96, "t1w8u1s3xhv"), (128256, 4096, 90, "t1w8u1s3xhv"),
-    (28672, 8192, 128, "t1w8u1s3xhv"), (128256, 4096, 100, "t1w8u1s3xhv"),
+    (28672, 8192, 65, "t1w8u1xhvm"), (28672, 8192, 96, "t1w8u1xhvm"), (128256, 4096, 90, "t1w8u1xhvm"),
+    (28672, 8192, 128, "t1w8u1xhvm"), (128256, 4096, 100, "t1w8u1xhvm"),
     (8192, 28672, 96, "t2w8u1k4s3xhv"), (8192, 28672, 128, "t2w8u1k4s3xhv"),
-    (14336, 4096, 96, "t1w8u1s3xhv"), (14336, 4096, 97, "t1w8u1s3xhv"), (12288, 4096, 128, "t1w8u1s3xhv"),
-    (28672, 8192, 129, "t1w8u1s3xhv"), (28672, 8192, 256, "t1w8u1s3xhv"), (14336, 4096, 200, "t1w8u1s3xhv"),
+    (14336, 4096, 96, "t1w8u1xhvm"), (14336, 4096, 97, "t1w8u1xhvm"), (12288, 4096, 128, "t1w8u1xhvm"),
+    (28672, 8192, 129, "t1w8u1xhvm"), (28672, 8192, 256, "t1w8u1xhvm"), (14336, 4096, 200, "t1w8u1xhvm"),
     (8192, 28672, 129, None), (8192, 28672, 256, None),  # 8192..12287 rows: to M = 128
     (4096, 14336, 96, "t1w8u1k4s3xhv"), (4096, 14336, 97, None),  # down projections: 12 m-tiles only
     (4096, 4096, 96, None), (8184, 4096, 96, None),  # short K, or N short of 8192 rows: ORT's chain
@@ -203,17 +203,6 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
         assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort
 
 
-def test_fused_gemm_past_64_needs_numba_cuda(monkeypatch):
-    """numba-cuda-mlir compiles wgmma for n = 8 only (``intrinsics_sm90``): no warpgroup kernel past M = 64 there."""
-    from numba_nbits.kernels.gemv import tactics
-
-    p = P(M=96, N=28672, K=8192, block_size=128)
-    assert route(p) == "fused_gemm"
-    monkeypatch.setattr(tactics, "_backend_has_wgmma", lambda: False)
-    assert tactics.wide_tactic(p) is None
-    assert route(P(M=96, N=28680, K=8192, block_size=128)) == "dequant_cublas"  # (decisions are cached per problem)
-
-
 # ---------------------------------------------------------------------- router
 def test_router_guards():
     p = P(N=32, K=2880, has_bias=True)
@@ -221,7 +210,13 @@ def test_router_guards():
     assert rejected_by(P(N=32, K=2880, zero_points="packed"), "router_gemv") == "no_zero_points"
     assert rejected_by(P(N=32, K=2880, M=2), "router_gemv") == "m_is_1"
     assert rejected_by(P(N=32, K=2880, block_size=128), "router_gemv") == "block_in_32_64"
-    assert rejected_by(P(N=40, K=2880), "router_gemv") == "router_shape"
+    # the family past ORT's one shape: small-N gates (DeepSeek-V3's 256 x 7168, bias or not), bounded by
+    # ROUTER_MAX_N / ROUTER_MAX_K
+    for n, k, b in ((40, 2880, False), (256, 7168, False), (128, 2048, True), (ROUTER_MAX_N, ROUTER_MAX_K, True)):
+        assert route(P(N=n, K=k, has_bias=b)) == "router_gemv", (n, k)
+    assert rejected_by(P(N=ROUTER_MAX_N + 8, K=2880), "router_gemv") == "router_shape"
+    assert rejected_by(P(N=32, K=ROUTER_MAX_K + 64), "router_gemv") == "router_shape"
+    assert route(P(N=ROUTER_MAX_N + 8, K=2880)) == "gemv_w4"
     off = load_config({"ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION": "1"})
     assert route(p, off) == "gemv_w4"
     assert rejected_by(p, "router_gemv", off) == "router_enabled"

@@ -269,6 +269,14 @@ def test_tactic_tags():
                 dict(smem=True, ring=3, unroll=1, pf=1), dict(smem=True, stages=9, pf=1)):
         with pytest.raises(ValueError):
             T(**bad)
+    # the warpgroup kernel's barrier pipeline (m): after v in the tag, only with permuted activations
+    for tag in ("t1w8u1s3xhvm", "t1w8u1p1k2s4xhvm"):
+        assert T.parse(tag).tag == tag and T.parse(tag).mb
+    assert T.parse("t1w8u1s3xhvm") == T(1, 8, 1, stages=3, xa=True, wg=True, pa=True, mb=True)
+    with pytest.raises(ValueError, match="barrier pipeline"):
+        T(1, 8, 1, stages=3, xa=True, wg=True, mb=True)
+    with pytest.raises(ValueError, match="not a gemv_mma tactic tag"):
+        T.parse("t1w8u1s3xhmv")
 
 
 @pytest.mark.parametrize("M,N,K,bs,dtype,zp,tactic", CASES)

@@ -53,8 +53,7 @@ def test_hopper_gemm_matches_the_oracle(M, N, K, bs, act, bias):
 
 
 def test_m_tiles_and_guards():
-    want = [8] * 8 if H._W.MLIR else [8, 8, 16, 32, 64, 64, 64, 64]  # numba-cuda-mlir: wgmma n = 8 only
-    assert [H.m_tile(m) for m in (1, 8, 9, 17, 33, 64, 65, 4096)] == want
+    assert [H.m_tile(m) for m in (1, 8, 9, 17, 33, 64, 65, 4096)] == [8, 8, 16, 32, 64, 64, 64, 64]
     src = H.generate_source("float16", 8, 128)
     assert src.count("mma(acc") == 8 and "fence_proxy_async()" in src  # KS = 128: 8 steps of 16 k
 

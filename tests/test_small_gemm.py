@@ -117,13 +117,15 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (8192, 28672, 128, 4, 64, "t2w8u1k4s3xh"),  # few rows: K split 4 ways, A as it is
     (8192, 28672, 128, 4, 32, "t2w4u1k4s4x"),  # ... and at 4 m-tiles the mma.sync kernel
     (28672, 8192, 128, 4, 48, "t2w4u1s4x"),  # 6 m-tiles: the mma.sync kernel
-    (14336, 4096, 128, 4, 64, "t2w4u1s4x"), (14336, 4096, 128, 4, 32, "t2w4u1s4x"),  # 14336 rows: mma.sync
+    (14336, 4096, 128, 4, 64, "t1w8u1s3xhvm"),  # 12288..24575 rows, 8 m-tiles: the barrier pipeline
+    (12288, 4096, 128, 4, 57, "t1w8u1s3xhvm"), (24575, 4096, 128, 4, 64, "t1w8u1s3xhvm"),
+    (14336, 4096, 128, 4, 32, "t2w4u1s4x"), (14336, 4096, 128, 4, 48, "t2w4u1s4x"),  # ... 4 / 6 m-tiles: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
     (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
     (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
 ])
 def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block, bits, M, tag):
-    """With ``wg_ok`` (an sm_90 GPU under numba-cuda) the 8-m-tile rule takes ``wgmma`` on wide weights."""
+    """With ``wg_ok`` (an sm_90 GPU) the 8-m-tile rule takes ``wgmma`` on wide weights."""
     assert tactics.default_tactic(N, K, block, M, bits, wg_ok=True).tag == tag
     assert not tactics.default_tactic(N, K, block, M, bits).wg  # elsewhere never
 
@@ -132,16 +134,17 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 @pytest.mark.parametrize("N, K, M, tag, dtype", [
     (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
-    (24576, 1024, 96, "t1w8u1s3xhv", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
-    (12288, 1024, 70, "t1w8u1s3xhv", "float16"), (24576, 1024, 112, "t1w8u1s3xhv", "float16"),
-    (24576, 1024, 128, "t1w8u1s3xhv", "bfloat16"), (24576, 1024, 200, "t1w8u1s3xhv", "float16"),
-    (16384, 2048, 256, "t1w8u1s3xhv", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
+    (24576, 1024, 96, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
+    (12288, 1024, 70, "t1w8u1xhvm", "float16"), (24576, 1024, 112, "t1w8u1xhvm", "float16"),
+    (24576, 1024, 128, "t1w8u1xhvm", "bfloat16"), (24576, 1024, 200, "t1w8u1xhvm", "float16"),
+    (16384, 2048, 256, "t1w8u1xhvm", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
+    (16384, 1024, 64, "t1w8u1s3xhvm", "float16"),  # 8 m-tiles on 12288..24575 rows: the barrier pipeline
 ])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
-    """On an sm_90 GPU under numba-cuda a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
+    """On an sm_90 GPU (either compiler) a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
     kernel (route ``fused_gemm``), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
-        pytest.skip("needs an sm_90 GPU and numba-cuda")
+        pytest.skip("needs an sm_90 GPU")
     A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
     op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
     Y = np.asarray(op(A)).astype(np.float64)
@@ -183,6 +186,14 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     (4, 64, 80, 256, 128, "t1w4u1s3xhv", True, "bfloat16"),  # 16 m-tiles, zero points
     (4, 128, 64, 256, 200, "t1w4u1s3xhv", False, "float16"),  # 32 m-tiles (wgmma n = 256)
     (8, 64, 64, 256, 64, "t1w4u1s4xhv", False, "float16"),
+    # the barrier pipeline (m): bulk copies of A, full / empty barriers; 7 super-chunks over 3 and 4 slots (every
+    # slot reused, both phase parities), two warpgroups, split-K over 3, zero points, 32 m-tiles
+    (4, 64, 80, 448, 40, "t1w8u1s3xhvm", False, "float16"),
+    (4, 64, 64, 448, 64, "t1w8u1k3s4xhvm", True, "bfloat16"),
+    (4, 128, 64, 256, 200, "t1w4u1xhvm", False, "float16"),
+    # with p1: pairs of super-chunks released after one wait, 7 (an odd last one) and split-K 2 (3 + 4)
+    (4, 64, 80, 448, 40, "t1w8u1p1s3xhvm", True, "float16"),
+    (4, 64, 64, 448, 60, "t1w8u1p1k2s4xhvm", False, "bfloat16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with

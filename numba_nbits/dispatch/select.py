@@ -75,3 +75,36 @@ def _select(problem: Problem, config: Config) -> Decision:
 
 def _bias(problem: Problem, route: Route) -> str:
     return route.bias if problem.has_bias else "none"
+
+
+#: routes whose plans read ORT's B layout, which a node keeping only the tensor-core layout no longer has
+ONNX_B_ROUTES = ("fpa_intb", "router_gemv")
+#: the tensor-core layout's kernels (``mma.sync`` m16n8k16) need sm >= 80
+PACKED_LAYOUT_MIN_SM = 80
+
+
+def packed_layout_serves(problem: Problem, config: Config) -> bool:
+    """With ``config.packed_only`` on (off by default, ``NUMBA_NBITS_PACKED_ONLY``: dequantize + cuBLAS from the
+    packed layout is 1.6x slower than from B), whether every call of ``problem``'s node (any M) can run on the
+    tensor-core GEMV's packed layout alone, so the node need not keep ORT's B beside it (``Weights.keep_packed_only``): fp16/bf16 weights the layout
+    takes (``kernels.gemv.tactics.supports``: 2/4/8-bit, block 16..128, no or packed zero points, no g_idx,
+    N and K multiples of 8) on an sm >= 80 device, B not prepacked, the fpA_intB route off and not forced (its
+    kernels and profiler candidates read B), and neither chosen nor forced the router GEMV at M = 1 (a CUDA-core
+    kernel on B). Every other route then reads the packed layout: the GEMV routes' tensor-core plans (an
+    unaligned A falls back to dequantize + cuBLAS instead of their CUDA-core kernels), ``fused_gemm``, and
+    dequantize + cuBLAS (``kernels.gemv.dequant_packed``, the same bytes as from B)."""
+    from dataclasses import replace
+
+    from ..kernels.gemv.tactics import supports
+
+    if not config.packed_only:  # opt-in (``numba_nbits.packed_only``): dequantize from the layout is slower
+        return False
+    p = replace(problem, M=1)
+    if p.weight_prepacked or p.sm < PACKED_LAYOUT_MIN_SM or config.fpa_intb_gemm or not supports(p):
+        return False
+    if config.force_route in ONNX_B_ROUTES:
+        return False
+    try:
+        return select(p, config).name not in ONNX_B_ROUTES
+    except ValueError:  # a forced route that cannot serve M = 1: keep B, the call reports it
+        return False

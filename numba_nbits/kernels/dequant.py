@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda
 
+from ..arrays import DevArray
 from ..formats import quant_format
 from ..launch import Kernel
 from .family import KernelFamily, Plan
@@ -184,6 +185,9 @@ def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, 
 
 # ------------------------------------------------------------------------ the universal route
 
+#: CTAs per SM of the grid-stride dequantize from the tensor-core layout (256 threads each: 8 fill an SM's 2048)
+MAX_BLOCKS_PER_SM = 8
+
 def _flat_views(w, n0: int, rows: int):
     """(b_words, scales, zp_packed, zp_typed) views of rows [n0, n0+rows) of the node's weights."""
     row_words = w.K_padded * w.bits // 32
@@ -196,20 +200,43 @@ def _flat_views(w, n0: int, rows: int):
     return b, s, zpp, zpt
 
 
+class NodeScratch:
+    """Under the simulator (no streams, no capture): a node's dequantize scratch of ``size`` elements of ``dtype`` in
+    host memory, one per calling thread, shared by the node's plans of every M (``DequantGemmPlan``; on a GPU the
+    scratch is borrowed per call from ``scratch.pool_for``)."""
+
+    def __init__(self, size: int, dtype):
+        self.size, self.dtype = size, np.dtype(dtype)
+        self._tls = threading.local()
+
+    def get(self):
+        """This thread's scratch."""
+        sc = getattr(self._tls, "scratch", None)
+        if sc is None:
+            from ..arrays import device_empty
+
+            sc = self._tls.scratch = device_empty((self.size,), self.dtype, True)
+        return sc
+
+
 class DequantGemmPlan(Plan):
     """Dequantize (all of N, or N in chunks) into a scratch, then one cuBLAS GEMM per chunk.
 
-    The scratch (``rows x K_padded`` in A's dtype) is allocated once per node, at plan build.
-    ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE`` (ORT's rule) capped so the
-    scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would allocate
-    1 GiB for a 262144 x 16384 fp16 LM head). Each calling thread gets its own scratch (allocated on
-    its first call, outside graph capture), so threads running one operator on their own streams do
-    not overwrite each other's dequantized weights. Under the simulator the GEMM step runs in NumPy (``cublas.gemm_host``).
+    The dequantize reads ORT's B (``dequant_fast``, or the g_idx / large-matrix kernels), or, for weights that
+    keep only the tensor-core layout (``Weights.packed_only``), that layout (``gemv.dequant_packed``: the same
+    bytes).
+
+    The scratch (``rows x K_padded`` in A's dtype, ``scratch_nbytes``) is borrowed per call from the device's
+    stream-ordered pool (``scratch.pool_for``): allocated in the caller's stream before the first dequantize and
+    freed in it after the last GEMM, so a model's nodes reuse one scratch per stream in flight instead of each
+    keeping its own (the fp16 size of the whole model), threads and streams never share one, and a captured call
+    records the allocation as graph nodes. ``rows`` is N unchunked; chunked it is ``ORT_MATMULNBITS_CHUNK_SIZE``
+    (ORT's rule) capped so the scratch stays within ``NUMBA_NBITS_SCRATCH_LIMIT_MB`` (256 MiB by default; ORT would
+    allocate 1 GiB for a 262144 x 16384 fp16 LM head). Under the simulator (no streams) the scratch is host memory,
+    one per node and thread (``NodeScratch``), and the GEMM step runs in NumPy (``cublas.gemm_host``).
     """
 
     def __init__(self, w, problem, config, route: str, chunked: bool):
-        from ..arrays import device_empty
-
         self.route = route
         self.w = w
         self.M = problem.M
@@ -220,20 +247,39 @@ class DequantGemmPlan(Plan):
             per_row = w.K_padded * w.np_dtype.itemsize
             rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
         self.rows = rows
-        self._alloc = lambda: device_empty((rows * w.K_padded,), w.np_dtype, w.simulated)
+        self.scratch_nbytes = rows * w.K_padded * w.np_dtype.itemsize
         self._tls = threading.local()
-        self._tls.scratch = self.scratch = self._alloc()
-        self._vec = w.g_idx is None  # the vector kernel writes the scratch as uint32 words
+        self._vec = w.g_idx is None  # the vector kernels write the scratch as uint32 words
+        self._out_arg = 3 if w.packed_only else 5  # the scratch's argument slot in the dequantize kernel
+        self._pool = self._node = None
+        if w.simulated:  # host memory, one per node and thread (no streams to order a shared one)
+            self._node = w.derived(f"dequant_scratch_{rows}", lambda: NodeScratch(rows * w.K_padded, w.np_dtype))
+            base = self.scratch = self._node.get()
+        else:  # borrowed per call (``enqueue``); the launches are bound to a null pointer of the chunk's layout
+            from ..scratch import pool_for
+
+            self._pool = pool_for(w.device_id)
+            self.scratch = None
+            base = DevArray(0, (rows * w.K_padded,), (w.np_dtype.itemsize,), w.np_dtype, None)
         gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
         self.chunks = []
+        self._likes = []  # per chunk, the layout of the scratch view its dequantize writes
         for n0 in range(0, w.N, rows):
             n = min(rows, w.N - n0)
-            b, s, zpp, zpt = _flat_views(w, n0, n)
-            out = self.scratch.offset(0, (n * w.K_padded,))
-            launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,
-                                  has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
-                                  block_size=w.block_size, zp_row=w.zp_row)
+            out = base.offset(0, (n * w.K_padded,))
+            if w.packed_only:  # ORT's B was freed: the same bytes from the tensor-core layout
+                from .gemv import dequant_packed, repack
+                from .gemv.tactics import sm_count
+
+                launch = dequant_packed.bind(w, repack.prepack(w), n0, n, out,
+                                             MAX_BLOCKS_PER_SM * sm_count(w.simulated))
+            else:
+                b, s, zpp, zpt = _flat_views(w, n0, n)
+                launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,
+                                      has_gidx=w.g_idx is not None, n_rows=n, k_blocks=w.k_blocks,
+                                      block_size=w.block_size, zp_row=w.zp_row)
             self.chunks.append((n0, n, launch))
+            self._likes.append(out.view(np.uint32) if self._vec else out)
         self.kernel = self.chunks[0][2].kernel.name
         self.handle = None
         if not w.simulated:
@@ -241,22 +287,11 @@ class DequantGemmPlan(Plan):
 
             self.handle = cublas.handle_for(w.device_id)
 
-    def _scratch(self, stream: int):
-        sc = getattr(self._tls, "scratch", None)
-        if sc is None:
-            from ..launch import CaptureError, is_capturing
-
-            if is_capturing(stream):
-                raise CaptureError("dequant_cublas: this thread has no scratch yet; run a warmup inference in this "
-                                   "thread outside capture first.")
-            sc = self._tls.scratch = self._alloc()
-        return sc
-
     def _parts(self, stream: int):
-        """This thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
+        """Simulator: this thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
         p = getattr(self._tls, "parts", None)
         if p is None:
-            scratch = self._scratch(stream)
+            scratch = self._node.get()
             views = []
             for _, n, _ in self.chunks:
                 part = scratch.offset(0, (n * self.w.K_padded,))
@@ -264,22 +299,37 @@ class DequantGemmPlan(Plan):
             p = self._tls.parts = (scratch, views)
         return p
 
+    def dequantize_into(self, chunk: int, dst, stream: int) -> None:
+        """Run chunk ``chunk``'s dequantize alone into ``dst`` (its rows x K_padded in the weights' dtype): for
+        benchmarks that need the dequantized weights themselves."""
+        _, _, launch = self.chunks[chunk]
+        launch.set_array(self._out_arg, dst.view(np.uint32) if self._vec else dst)
+        launch.launch(stream)
+
     def enqueue(self, a, out, stream: int) -> None:
         w = self.w
-        scratch, views = self._parts(stream)
-        for (n0, n, launch), part in zip(self.chunks, views):
-            launch.set_array(5, part)
-            launch.launch(stream)
-            if self.handle is None:
+        if self._pool is None:  # simulator
+            scratch, views = self._parts(stream)
+            for (n0, n, launch), part in zip(self.chunks, views):
+                launch.set_array(self._out_arg, part)
+                launch.launch(stream)
                 from ..dispatch.cublas import gemm_host
 
                 sc = scratch.host_view()[: n * w.K_padded].reshape(n, w.K_padded)
                 gemm_host(a.host_view(), sc, w.K, out.host_view()[:, n0:n0 + n])
-            else:
-                from ..dispatch.cublas import gemm
+            return
+        from ..dispatch.cublas import gemm
 
-                gemm(self.handle, stream, a.shape[0], n, w.K, scratch.ptr, w.K_padded, a.ptr,
-                     out.ptr + n0 * out.itemsize, w.N, w.dtype, self.use_tf32, self.options)
+        pool = self._pool
+        ptr = pool.alloc(self.scratch_nbytes, stream)
+        try:
+            for (n0, n, launch), like in zip(self.chunks, self._likes):
+                launch.set_array_ptr(self._out_arg, ptr, like)
+                launch.launch(stream)
+                gemm(self.handle, stream, a.shape[0], n, w.K, ptr, w.K_padded, a.ptr, out.ptr + n0 * out.itemsize,
+                     w.N, w.dtype, self.use_tf32, self.options)
+        finally:
+            pool.free(ptr, stream)
 
 
 #: the route names this family serves; the chunked one dequantizes N in chunks

@@ -75,10 +75,8 @@ def unmet(problem):
 
 
 def m_tile(M: int) -> int:
-    """Token rows per block: the smallest tile that holds M, else the largest (``M_TILES``; under
-    numba-cuda-mlir only the wgmma shapes it compiles, ``intrinsics_sm90.MLIR_WGMMA_N``)."""
-    tiles = tuple(t for t in M_TILES if t in _W.MLIR_WGMMA_N) if _W.MLIR else M_TILES
-    return next((t for t in tiles if t >= M), tiles[-1])
+    """Token rows per block: the smallest tile of ``M_TILES`` that holds M, else the largest."""
+    return next((t for t in M_TILES if t >= M), M_TILES[-1])
 
 
 def generate_source(act: str, MT: int, bs: int) -> str:

@@ -5,8 +5,7 @@ The building blocks of the fused Hopper GEMM (issue: weights decoded in register
 ``intrinsics.py``, the twin or the compiled intrinsic is chosen once at import and kernels never
 branch on simulation. numba-cuda compiles for ``sm_90a`` on a compute-capability 9.0 device, which
 ``wgmma`` needs; under ``NUMBA_NBITS_BACKEND=mlir`` the names are rebound to ``intrinsics_sm90_mlir.py``
-(the same PTX through ``inline_ptx``; ``backend.py`` passes ``chip="sm_90a"``), where only ``n = 8``
-compiles (``MLIR_WGMMA_N``; ``wgmma`` raises for the others and says why).
+(the same PTX, ``sm90_asm``, through ``llvm.inline_asm``; ``backend.py`` passes ``chip="sm_90a"``).
 
 * ``smem_desc(arr, byte_offset, lbo, sbo)``: the 64-bit shared-memory matrix descriptor of
   ``wgmma`` for the matrix starting ``byte_offset`` bytes into the shared uint32 array ``arr``, no
@@ -47,11 +46,10 @@ import numpy as np
 from numba.cuda.core import config as _nb_config
 
 from .. import backend as _backend
+from .sm90_asm import WGMMA_N, wait_asm, wgmma_asm
 
 SIMULATED = bool(_nb_config.ENABLE_CUDASIM)
 MLIR = not SIMULATED and _backend.NAME == "mlir"  # numba-cuda-mlir compiles the kernels (see the end)
-WGMMA_N = tuple(range(8, 264, 8))  # n = 8, 16, ..., 256 (the fused GEMM's 8 * m_tiles tokens)
-MLIR_WGMMA_N = (8,)  # the shapes numba-cuda-mlir can compile (``wgmma``'s error says why)
 _WINDOW = 1 << 18  # the shared window a descriptor's 14-bit (address >> 4) field spans
 
 # --------------------------------------------------------------------------------------- twins
@@ -241,12 +239,7 @@ else:  # pragma: no cover - compiled on a GPU only
     def _wgmma_intrinsic(n: int, bf16: bool, sync: bool = True):
         kind = "bf16" if bf16 else "f16"
         m = n // 2
-        dregs = ",".join(f"${k}" for k in range(m))
-        ptx = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, ${m + 5}, 0;\nwgmma.fence.sync.aligned;\n"
-               f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-               f"{{{dregs}}}, {{${m},${m + 1},${m + 2},${m + 3}}}, ${m + 4}, p, 1, 1, 0;\n"
-               + ("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" if sync else "") + "}")
-        cons = ",".join(["=f"] * m + ["r"] * 4 + ["l", "r"] + [str(k) for k in range(m)])  # "r": scale-d (1)
+        ptx, cons = wgmma_asm(n, bf16, sync)
 
         def typer(typingctx, acc, a0, a1, a2, a3, desc):
             if not (isinstance(acc, types.UniTuple) and acc.count == m and acc.dtype == types.float32):
@@ -281,8 +274,7 @@ else:  # pragma: no cover - compiled on a GPU only
         def codegen(context, builder, sig, args):
             f32 = ir.FloatType()
             fnty = ir.FunctionType(ir.LiteralStructType([f32] * m), [f32] * m)
-            asm = ir.InlineAsm(fnty, "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;",
-                               ",".join(["=f"] * m + [str(k) for k in range(m)]), side_effect=True)
+            asm = ir.InlineAsm(fnty, *wait_asm(m), side_effect=True)
             res = builder.call(asm, [builder.extract_value(args[0], k) for k in range(m)])
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(m)])
 
@@ -298,7 +290,7 @@ if MLIR:  # pragma: no cover - compiled on a GPU only
 
 def wgmma_wait_for(m: int):
     """``wgmma_wait`` for a tuple of ``m`` accumulators: the generic intrinsic (numba-cuda) or twin, or the
-    per-size device function of numba-cuda-mlir."""
+    per-size intrinsic of numba-cuda-mlir."""
     if m not in tuple(n // 2 for n in WGMMA_N):
         raise ValueError(f"wgmma_wait: {m} accumulators is no wgmma shape's (n / 2 for n in {WGMMA_N})")
     return _mlir.wgmma_wait_for(m) if MLIR else wgmma_wait
@@ -310,11 +302,6 @@ def wgmma(n: int, bf16: bool, sync: bool = True):
     wait for all groups; ptxas keeps the registers of in-flight MMAs untouched or serialises)."""
     if n not in WGMMA_N:
         raise ValueError(f"wgmma: n must be one of {WGMMA_N}, got {n}")
-    if MLIR and n not in MLIR_WGMMA_N:
-        raise NotImplementedError(
-            f"wgmma m64n{n}k16 under numba-cuda-mlir: its inline_ptx call has more than 30 arguments, which CPython "
-            f"passes as one tuple (CALL_FUNCTION_EX) and numba-cuda-mlir 0.6 then cannot type (the constraint strings "
-            f"are no longer literals); n in {MLIR_WGMMA_N} only")
     return (_WGMMA if sync else _WGMMA_ASYNC)[(n, bool(bf16))]
 
 

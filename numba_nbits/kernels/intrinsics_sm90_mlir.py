@@ -1,11 +1,16 @@
 """The intrinsics of ``kernels/intrinsics_sm90.py`` for numba-cuda-mlir (``NUMBA_NBITS_BACKEND=mlir``).
 
-Device functions around ``cuda.experimental.inline_ptx``, as ``intrinsics_mlir.py`` (its docstring has the
-operand conventions), with the same PTX as the llvmlite versions. numba-cuda-mlir has no tied operands, so
-a ``wgmma`` takes the accumulators as inputs and copies them into its outputs (``mov.f32``) inside the
-asm, before the MMA accumulates onto them; ``wgmma_wait`` copies after the wait. The ``wgmma`` forms are
-generated per shape (``N / 2`` accumulators each) and loaded through ``codegen.load_source``. Kernels that
-use them must be compiled for ``sm_90a`` (``backend.jit_options`` passes ``chip`` on a 9.0 device).
+``smem_desc`` and ``fence_proxy_async`` are device functions around ``cuda.experimental.inline_ptx``, as
+``intrinsics_mlir.py`` (its docstring has the operand conventions). The ``wgmma`` forms and ``wgmma_wait`` are
+intrinsics of their own (typing by ``numba_cuda_mlir.extending.type_callable``, lowering by ``lower_builtin``
+to one ``llvm.inline_asm`` op whose result is a struct of the accumulators), with the asm text and
+constraints of the llvmlite versions (``sm90_asm``: outputs tied to the accumulator inputs), so both compilers
+emit the same PTX. ``inline_ptx`` cannot take them: a call of more than 30 arguments is compiled by CPython
+into one argument tuple (``CALL_FUNCTION_EX``), whose constraint strings numba-cuda-mlir 0.6 no longer types as
+literals (m64n16 and up, 8 accumulators or more, did not compile), and its ``nvvm.inline_ptx`` op has no tied
+operands. The intrinsics take the accumulator tuple itself, so every ``n`` of ``WGMMA_N`` (8..256) compiles.
+Kernels that use them must be compiled for ``sm_90a`` (``backend.jit_options`` passes ``chip`` on a 9.0
+device). The lowerings are registered at import and the compiler's registries refreshed.
 """
 from __future__ import annotations
 
@@ -14,14 +19,16 @@ import importlib
 import numpy as np
 from numba_cuda_mlir import cuda
 from numba_cuda_mlir import types as mt
-
-from .codegen import load_source
+from numba_cuda_mlir._mlir.dialects import llvm
+from numba_cuda_mlir.extending import lower_builtin, refresh_registries, type_callable
+from numba_cuda_mlir.lowering_utilities import i32_of
+from numba_cuda_mlir.lowering_utilities.type_conversions import inline_ptx_type_constraint_to_mlir_type as _mlir_t
 
 importlib.import_module("numba_cuda_mlir.cuda.experimental")  # loads cuda.experimental (inline_ptx)
 
-_F0 = np.float32(0.0)
+from .sm90_asm import WGMMA_N, wait_asm, wgmma_asm
+
 _L0 = np.int64(0)
-WGMMA_N = (8, 16, 32, 64)
 
 _device = cuda.jit(device=True, inline="always")
 
@@ -40,46 +47,76 @@ def fence_proxy_async():
     cuda.experimental.inline_ptx("fence.proxy.async.shared::cta;")
 
 
-def _source(n: int, bf16: bool, sync: bool) -> str:
-    kind = "bf16" if bf16 else "f16"
+def _acc_type(acc, m: int) -> bool:
+    return isinstance(acc, mt.UniTuple) and acc.count == m and acc.dtype == mt.float32
+
+
+def _asm(builder, target, m: int, asm: tuple[str, str], ins: list) -> None:
+    """One ``llvm.inline_asm`` (side effects) returning ``m`` fp32 values, stored to ``target`` as a tuple."""
+    f32 = _mlir_t("f")
+    res = llvm.inline_asm(llvm.StructType.get_literal([f32] * m), ins, *asm, has_side_effects=True)
+    builder.store_var(target, tuple(llvm.extractvalue(f32, res, [k]) for k in range(m)))
+
+
+def _wgmma_intrinsic(n: int, bf16: bool, sync: bool):
     m = n // 2
-    moves = "".join(f"mov.f32 %{k}, %{m + 6 + k};\\n" for k in range(m))
-    ptx = ("{\\n.reg .pred p;\\n" f"setp.ne.b32 p, %{m + 5}, 0;\\n" + moves + "wgmma.fence.sync.aligned;\\n"
-           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-           "{" + ", ".join(f"%{k}" for k in range(m)) + "}, "
-           f"{{%{m}, %{m + 1}, %{m + 2}, %{m + 3}}}, %{m + 4}, p, 1, 1, 0;\\n"
-           + ("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;\\n" if sync else "") + "}")
-    outs = ", ".join(['"=f", F0'] * m)
-    ins = ('"r", np.uint32(a0), "r", np.uint32(a1), "r", np.uint32(a2), "r", np.uint32(a3), '
-           '"l", np.uint64(desc), "r", np.uint32(1), ' + ", ".join(f'"f", np.float32(acc[{k}])' for k in range(m)))
-    name = f"wgmma_m64n{n}k16_{kind}" + ("" if sync else "_async")
-    return (f"def {name}(acc, a0, a1, a2, a3, desc):\n"
-            f"    return cuda.experimental.inline_ptx(\"{ptx}\", {outs}, {ins})\n")
+    asm = wgmma_asm(n, bf16, sync)
+
+    def stub(acc, a0, a1, a2, a3, desc):
+        """Compiled by numba-cuda-mlir only (typing and lowering registered below)."""
+        raise NotImplementedError("a numba-cuda-mlir intrinsic: call it from a kernel")
+
+    stub.__name__ = stub.__qualname__ = f"wgmma_m64n{n}k16_{'bf16' if bf16 else 'f16'}" + ("" if sync else "_async")
+
+    @type_callable(stub)
+    def _typing(context):
+        def typer(acc, a0, a1, a2, a3, desc):
+            if _acc_type(acc, m) and all(isinstance(x, mt.Integer) for x in (a0, a1, a2, a3, desc)):
+                return acc
+            return None
+
+        return typer
+
+    @lower_builtin(stub, mt.UniTuple, mt.Integer, mt.Integer, mt.Integer, mt.Integer, mt.Integer)
+    def _lower(builder, target, args, kwargs):
+        f32, u32, u64 = _mlir_t("f"), _mlir_t("r"), _mlir_t("l")
+        vals = builder.load_vars(args)
+        ins = [builder.mlir_convert(v, u32) for v in vals[1:5]] + [builder.mlir_convert(vals[5], u64), i32_of(1)]
+        _asm(builder, target, m, asm, ins + [builder.mlir_convert(v, f32) for v in vals[0]])
+
+    return stub
 
 
-def _wait_source(m: int) -> str:
-    moves = "".join(f"mov.f32 %{k}, %{m + k};\\n" for k in range(m))
-    ptx = "wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;\\n" + moves
-    outs = ", ".join(['"=f", F0'] * m)
-    ins = ", ".join(f'"f", np.float32(acc[{k}])' for k in range(m))
-    return f"def wgmma_wait_{m}(acc):\n    return cuda.experimental.inline_ptx(\"{ptx}\", {outs}, {ins})\n"
+def _wait_intrinsic(m: int):
+    asm = wait_asm(m)
+
+    def stub(acc):
+        """Compiled by numba-cuda-mlir only (typing and lowering registered below)."""
+        raise NotImplementedError("a numba-cuda-mlir intrinsic: call it from a kernel")
+
+    stub.__name__ = stub.__qualname__ = f"wgmma_wait_{m}"
+
+    @type_callable(stub)
+    def _typing(context):
+        def typer(acc):
+            return acc if _acc_type(acc, m) else None
+
+        return typer
+
+    @lower_builtin(stub, mt.UniTuple)
+    def _lower(builder, target, args, kwargs):
+        f32 = _mlir_t("f")
+        _asm(builder, target, m, asm, [builder.mlir_convert(v, f32) for v in builder.load_var(args[0])])
+
+    return stub
 
 
-def _load(name: str, src: str):
-    fn = load_source(f"sm90_mlir_{name}", src, {"cuda": cuda, "np": np, "F0": _F0})[name]
-    return _device(fn)
-
-
-_WGMMA = {}
-_WGMMA_ASYNC = {}
-for _n in WGMMA_N:  # generated for every shape; only n = 8 types (intrinsics_sm90.MLIR_WGMMA_N says why)
-    for _bf in (False, True):
-        _k = "bf16" if _bf else "f16"
-        _WGMMA[(_n, _bf)] = _load(f"wgmma_m64n{_n}k16_{_k}", _source(_n, _bf, True))
-        _WGMMA_ASYNC[(_n, _bf)] = _load(f"wgmma_m64n{_n}k16_{_k}_async", _source(_n, _bf, False))
-_WAITS = {n // 2: _load(f"wgmma_wait_{n // 2}", _wait_source(n // 2)) for n in WGMMA_N}
+_WGMMA = {(n, bf): _wgmma_intrinsic(n, bf, True) for n in WGMMA_N for bf in (False, True)}
+_WGMMA_ASYNC = {(n, bf): _wgmma_intrinsic(n, bf, False) for n in WGMMA_N for bf in (False, True)}
+_WAITS = {n // 2: _wait_intrinsic(n // 2) for n in WGMMA_N}
+refresh_registries()  # the lowerings too (type_callable refreshes typing only): compiled kernels may exist already
 
 
 def wgmma_wait_for(m: int):
-    """``wgmma_wait`` for ``m`` accumulators (numba-cuda-mlir has no generic tuple intrinsic)."""
+    """``wgmma_wait`` for ``m`` accumulators (one intrinsic per tuple size)."""
     return _WAITS[m]

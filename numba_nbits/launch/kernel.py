@@ -23,7 +23,10 @@
   measured within run-to-run noise of cuda-bindings' (``benchmarks/results/2026-11-30-h200-session/``).
 * Each thread gets its own copy of the parameter buffer, made on its first use of the launch from a
   template that is never written after construction, so threads calling one operator on their own
-  streams never see each other's pointers; the driver copies the parameters at launch.
+  streams never see each other's pointers; the driver copies the parameters at launch. An array argument
+  registered with ``per_thread(i, get)`` (a kernel's workspace) is ``get()`` of the thread in that thread's
+  copy (and in each lean launcher's buffer, and in the simulated launch), so concurrent threads do not
+  share it.
 * Under numba's CUDA simulator the same ``Launch`` falls back to the ordinary simulated launch with
   NumPy arrays, after installing the simulator extensions (``kernels/simulator.py``).
 
@@ -319,7 +322,7 @@ class Launch:
     """A kernel bound to its launch geometry and a packed parameter buffer (see module docstring)."""
 
     __slots__ = ("kernel", "grid", "block", "shared_mem", "_vals", "_template", "_args", "_tls",
-                 "_func", "_layout")
+                 "_func", "_layout", "_per_thread")
 
     def __init__(self, kernel: Kernel, grid, block, args: Sequence[Any], shared_mem: int = 0):
         if len(args) != len(kernel.argtypes):
@@ -329,6 +332,7 @@ class Launch:
         self.block = _dims(block)
         self.shared_mem = int(shared_mem)
         self._tls = threading.local()
+        self._per_thread = ()  # (argument, get) pairs: ``per_thread``
         kernel.ensure()
         if shared_mem:
             kernel.ensure_dynamic_shared(shared_mem)
@@ -348,12 +352,29 @@ class Launch:
                 self._write_scalar(tpl, i, a)
         self._template = tpl  # never written again: each thread (this one too) launches from its copy
 
+    def per_thread(self, i: int, get) -> None:
+        """Array argument ``i`` is ``get()`` in each thread (called in the thread, once per parameter buffer it
+        gets: its own copy, each lean launcher's): e.g. a workspace the kernel writes, which two threads running
+        the launch on their own streams must not share. Call before any thread launches (at plan build);
+        ``get()`` returns arrays of the layout bound at construction."""
+        if self._vals is not None and getattr(self._tls, "bufs", None) is not None:
+            raise RuntimeError(f"{self.kernel.name}: per_thread({i}) after this thread's first launch")
+        self._per_thread = self._per_thread + ((i, get),)
+
+    def _thread_copy(self) -> _Bufs:
+        """A copy of the template with this thread's ``per_thread`` arrays written in."""
+        tpl = self._template
+        b = _Bufs(tpl.vals.copy(), list(tpl.keys))
+        for i, get in self._per_thread:
+            a = get()
+            self._write_array(b, i, a.ptr, a.shape, a.strides, a.dtype)
+        return b
+
     def _bufs(self) -> _Bufs:
         """This thread's parameter buffer, copied from the template on first use."""
         b = getattr(self._tls, "bufs", None)
         if b is None:
-            tpl = self._template
-            b = self._tls.bufs = _Bufs(tpl.vals.copy(), list(tpl.keys))
+            b = self._tls.bufs = self._thread_copy()
         return b
 
     def _write_array(self, b: _Bufs, i: int, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype) -> None:
@@ -441,8 +462,7 @@ class Launch:
         owns its buffer: the caller keeps one per thread, or writes the same pointers on every call."""
         if self._vals is None:
             return None
-        tpl = self._template
-        b = _Bufs(tpl.vals.copy(), list(tpl.keys))
+        b = self._thread_copy()
         for i, like in likes:
             self._write_array(b, i, 0, like.shape, like.strides, like.dtype)
         slots = [self._layout[i][4] for i, _ in likes]
@@ -485,6 +505,9 @@ class Launch:
 
         simulator.install()
         disp = self.kernel.dispatcher()
-        args = [a.host_view() if hasattr(a, "host_view") else a for a in self._args]  # DevArrays; scalars as they are
+        args = list(self._args)
+        for i, get in self._per_thread:
+            args[i] = get()
+        args = [a.host_view() if hasattr(a, "host_view") else a for a in args]  # DevArrays; scalars as they are
         with _COMPILE_LOCK:  # the simulator runs one launch at a time
             disp[self.grid, self.block, 0, self.shared_mem](*args)

@@ -183,7 +183,10 @@ class CudaBackend:
         _check(d.cuMemsetD8Async(d.CUdeviceptr(buf.ptr), 0xFF, buf.nbytes, self._cs), "cuMemsetD8Async")
 
     def rows(self, buf: Buffer, rows) -> np.ndarray:
+        """Rows of ``buf`` once all work of the context is done: a subject may have written ``buf`` on another
+        stream than the harness's (the legacy default stream, which this non-blocking stream does not wait for)."""
         d = self.d
+        _check(d.cuCtxSynchronize(), "cuCtxSynchronize")
         width = int(math.prod(buf.shape[1:]))
         row_bytes = width * buf.dtype.itemsize
         out = np.empty((len(rows), width), buf.dtype)

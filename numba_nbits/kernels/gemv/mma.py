@@ -13,7 +13,8 @@ none/packed, no g_idx, N % 8 == 0, K % 8 == 0, A 16-byte aligned (checked per ca
 """
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from functools import lru_cache, partial
 
 import numpy as np
 from numba import cuda
@@ -34,7 +35,7 @@ from .mma_xa import copies_ahead as xa_copies_ahead
 from .mma_xa import gen_source_xa
 from .mma_xa import layout as xa_layout
 from .repack import prepack
-from .tactics import MAX_M, Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok, wide_tactic
+from .tactics import MAX_M, WG_MAX_M, Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok, wide_tactic
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
@@ -83,6 +84,10 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
 
         ns.update(wgmma=_W.wgmma(8 * MT, act == "bfloat16", sync=False), wgmma_wait=_W.wgmma_wait_for(4 * MT),
                   smem_desc=_W.smem_desc, fence_proxy_async=_W.fence_proxy_async)
+    if tac.mb:
+        from .. import intrinsics_bulk as _B
+
+        ns.update({name: getattr(_B, name) for name in _B.TWINS})
     name = f"gemv_mma_w{bits}_{act}_mt{MT}_{tac.tag}_b{BS}_{ZP}" + ("_kf" if kfull else "") + ("_l2pf" if l2pf else "")
     fn = load_source(name, src, ns)["gemv_mma"]
     fn.__name__ = name
@@ -105,6 +110,30 @@ def register_options(tac: Tactic) -> dict:
     if tac.minb:
         return {"launch_bounds": (threads, tac.minb)}
     return {"snap": (threads, SNAP_SLACK)}
+
+
+class ThreadWorkspace:
+    """A node's workspace of ``size`` elements of ``dtype`` (zero-filled with ``zero``), one per calling thread,
+    made on the thread's first need: two threads running one plan on their own streams must not share a kernel's
+    workspace, and one thread's plans of every M share it (a served model's distinct M values do not each add
+    one). One thread's calls of a node are stream-ordered (one stream, or streams the caller orders)."""
+
+    def __init__(self, size: int, dtype, simulated: bool, zero: bool = False):
+        self.size, self.dtype, self.simulated, self.zero = int(size), np.dtype(dtype), simulated, zero
+        self._tls = threading.local()
+
+    def made(self) -> bool:
+        return getattr(self._tls, "array", None) is not None
+
+    def get(self) -> DevArray:
+        a = getattr(self._tls, "array", None)
+        if a is None:
+            if self.zero:
+                a = to_device(np.zeros(self.size, self.dtype), self.simulated)
+            else:
+                a = device_empty((self.size,), self.dtype, self.simulated)
+            self._tls.array = a
+        return a
 
 
 class GemvMmaPlan(Plan):
@@ -140,9 +169,13 @@ class GemvMmaPlan(Plan):
         if tactic.grid:  # persistent ring kernel: ``grid`` CTAs per SM, grid-stride over the tile groups
             grid = min(groups, tactic.grid * sm_count(weights.simulated))
         self.grid = grid
-        if tactic.ksplit > 1:  # per-plan split-K workspace; counters start at 0 and are reset by the kernel
-            self._ws = to_device(np.zeros(tactic.ksplit * M * self.N, np.float32), weights.simulated)
-            self._cnt = to_device(np.zeros(groups, np.int32), weights.simulated)
+        # the workspaces (split-K partial sums and arrival counters, permuted A) are the node's, one per calling
+        # thread, sized for the largest M of the plan's range (``_workspace``): shared by its plans of every M
+        self._thread_ws = []
+        m_cap = MAX_M if M <= MAX_M else WG_MAX_M
+        if tactic.ksplit > 1:  # counters start at 0 and are reset by the kernel's last CTA of each group
+            self._ws = self._workspace(weights, "splitk_ws", tactic.ksplit * m_cap * self.N, np.float32)
+            self._cnt = self._workspace(weights, "splitk_cnt", -(-self.N // TILE_N), np.int32)
         else:
             self._ws = weights.dummy(np.float32)
             self._cnt = weights.dummy(np.int32)
@@ -153,11 +186,16 @@ class GemvMmaPlan(Plan):
             from . import wg_a
 
             mt = m_tiles(M)
-            a_arg = device_empty((wg_a.words(mt, self.K),), np.uint32, weights.simulated)
+            a_arg = self._workspace(weights, "pa", wg_a.words(m_tiles(m_cap), self.K), np.uint32)
             self._perm = wg_a.bind(dummy_a, a_arg, M, self.K, mt, weights.block_size, weights.bits, weights.simulated)
         self._launch = k.bind(grid, 32 * tactic.warps,
                               (a_arg, pk.bq, sc, sw, zp, dummy_y, self._ws, self._cnt, M, self.K, self.N,
                                pk.n_super), shared_mem=shared)
+        for launch, i, ws in ((self._launch, 6, "splitk_ws"), (self._launch, 7, "splitk_cnt"), (self._launch, 0, "pa"),
+                              (self._perm, 1, "pa")):
+            tw = next((t for name, t in self._thread_ws if name == ws), None)
+            if tw is not None and launch is not None:
+                launch.per_thread(i, tw.get)
 
         # the per-call views' layouts (GPU): enqueue() only moves their pointers when A and Y have the
         # byte counts these views take (what DevArray.view would check), else it builds the views
@@ -165,6 +203,25 @@ class GemvMmaPlan(Plan):
         if not weights.simulated:
             self._views = (DevArray(0, (M * self.K // 2,), (4,), np.uint32, None),
                            DevArray(0, (M * self.N,), (2,), self._elem, None))
+
+    def _workspace(self, weights, kind: str, size: int, dtype) -> DevArray:
+        """The node's per-thread workspace ``kind`` of ``size`` elements (``ThreadWorkspace``, kept in
+        ``weights.derived``), remembered for ``per_thread``; this thread's array (the launch's template)."""
+        tw = weights.derived(f"gemv_mma_{kind}_{size}",
+                             lambda: ThreadWorkspace(size, dtype, weights.simulated, zero=kind == "splitk_cnt"))
+        self._thread_ws.append((kind, tw))
+        return tw.get()
+
+    def _thread_ready(self, stream: int) -> None:
+        """Before a thread's first launch of the plan: its workspaces exist, or are made here outside capture."""
+        for _, tw in self._thread_ws:
+            if not tw.made():
+                from ...launch import CaptureError, is_capturing
+
+                if is_capturing(stream):
+                    raise CaptureError("gemv_mma: this thread has no workspace yet; run a warmup inference in this "
+                                       "thread outside capture first.")
+                tw.get()
 
     def _views_fit(self, a: DevArray, out: DevArray) -> bool:
         """Whether A and Y have the layouts of the pre-built views (GPU), so only their pointers move."""
@@ -175,6 +232,8 @@ class GemvMmaPlan(Plan):
         M, K, N = self.M, self.K, self.N
         if a.ptr % 16:
             raise ValueError("gemv_mma: A must be 16-byte aligned")
+        if self._thread_ws:
+            self._thread_ready(stream)
         L = self._launch
         v = self._views
         AL = self._perm if self._perm is not None else L  # the launch that reads A
@@ -191,6 +250,8 @@ class GemvMmaPlan(Plan):
     def enqueue_runner(self, a_like, o_like):
         if not self._views_fit(a_like, o_like):
             return None
+        if self._thread_ws:  # the runner's buffers take this thread's workspaces (made outside capture)
+            self._thread_ready(0)
         v = self._views
         if self._perm is not None:
             go_a = self._perm.pointer_launcher(((0, v[0]),))
@@ -250,7 +311,8 @@ class TensorCorePlan(Plan):
     every M for 4-bit: ``benchmarks/results/2026-11-30-h200-kernels``).
 
     It needs A 16-byte aligned; an unaligned A (e.g. a sliced tensor) is served by the route's CUDA-core
-    plan (``cuda_core()`` builds it), built on first need (outside graph capture).
+    plan (``cuda_core()`` builds it; dequantize + cuBLAS for weights that keep only the tensor-core layout),
+    built on first need (outside graph capture).
     """
 
     def __init__(self, weights, problem, route: str, cuda_core, tactic: Tactic | None = None, l2pf: bool = False):
@@ -279,22 +341,42 @@ class TensorCorePlan(Plan):
 
 
 def build_route(family: str, unmet, weights, problem, route: str, cuda_core, kernel: str, tactic,
-                l2pf: bool = False):
+                l2pf: bool = False, config=None):
     """A fused-GEMV family's ``build``: re-check the family's needs (``core.check``), then ``route_plan``."""
     from . import core
 
     core.check(family, unmet(problem))
     core.check(family, core.weights_unmet(weights, problem))
-    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf)
+    return route_plan(weights, problem, route, cuda_core, kernel, tactic=tactic, l2pf=l2pf, config=config)
 
 
 def route_plan(weights, problem, route: str, cuda_core, kernel: str = "auto", tactic: Tactic | None = None,
-               l2pf: bool = False):
+               l2pf: bool = False, config=None):
     """A fused-GEMV route's plan: ``kernel`` "auto" (this tensor-core GEMV for fp16/bf16 when ``supports``
     the problem, else the CUDA-core engine), "cuda_core" or "mma"; ``cuda_core()`` builds the CUDA-core
-    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch)."""
+    plan. ``tactic`` / ``l2pf`` are passed to the tensor-core plan (profiler tactics, L2 prefetch). For weights
+    that keep only the tensor-core layout (``Weights.packed_only``) the unaligned-A fallback is ``dequant_fallback``
+    under the node's ``config`` instead, and "cuda_core" is refused."""
     if kernel not in ("auto", "cuda_core", "mma"):
         raise ValueError(f"kernel must be 'auto', 'cuda_core' or 'mma', got {kernel!r}")
+    if weights.packed_only:  # no ORT B for the CUDA-core engine: an unaligned A takes dequantize + cuBLAS
+        if kernel == "cuda_core":
+            raise ValueError(f"{route}: the CUDA-core kernels read ORT's B layout, and these weights keep only the "
+                             f"tensor-core layout ({weights.describe()})")
+        cuda_core = partial(dequant_fallback, weights, problem, config)
     if kernel == "cuda_core" or (kernel == "auto" and not supports(problem)):
         return cuda_core()
     return TensorCorePlan(weights, problem, route, cuda_core, tactic, l2pf)
+
+
+def dequant_fallback(weights, problem, config=None):
+    """The plan ORT's chain would run here, dequantize + cuBLAS (chunked by its rule): what an unaligned A runs on
+    the ``fused_gemm`` route, and on the GEMV routes for weights that keep only the tensor-core layout (the
+    dequantize then reads that layout)."""
+    from ...config import load_config
+    from ...dispatch.routes import chunk_rule
+    from .. import dequant
+
+    cfg = config if config is not None else load_config({})
+    route = "dequant_cublas_chunked" if chunk_rule(problem, cfg) else "dequant_cublas"
+    return dequant.build(weights, problem, cfg, route)

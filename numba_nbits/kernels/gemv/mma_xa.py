@@ -44,8 +44,9 @@ iteration waits until its super-chunk has landed (``stages - 2`` newer groups ma
 ``stages - 1`` ahead into that slot, commits, and computes. One ``bar.sync`` per super-chunk.
 
 Epilogue: without split-K each warp stores its accumulators (it owns its rows' whole sums). With ``ksplit > 1``
-each warp writes its partial sums to the plan's workspace slice ``split``; the last CTA of the group to arrive
-(atomic counter) sums the slices in a fixed order (deterministic), stores, and resets the counter.
+each warp writes its partial sums to the workspace slice ``split`` (the node's, per thread: ``mma.ThreadWorkspace``);
+the last CTA of the group to arrive (atomic counter) sums the slices in a fixed order (deterministic), stores, and
+resets the counter.
 
 Warpgroup MMAs (``Tactic.wg``, tag suffix ``h``; sm_90a)
 -----------------------------------------------------
@@ -72,6 +73,22 @@ and end of the pipeline stage", C7513; with one body per iteration it reused the
 With ``pa`` the activations arrive already in the slots' order (``wg_a``, one kernel per call), and the ring copies
 each slot's A area as contiguous 16-byte pieces, piece ``tid + j threads``.
 
+Barrier pipeline (``Tactic.mb``, tag suffix ``m``; with ``pa``)
+------------------------------------------------------------
+The loop above couples the CTA's warpgroups at every super-chunk: one ``bar.sync``, so both decode at the same
+time and both wait for their MMAs at the same time. With ``mb`` each slot has two ``mbarrier``s after the ring
+(``intrinsics_bulk``): "full" (one arrival plus ``a_bytes`` of transactions) and "empty" (one arrival per
+thread). Lane 0 of the last warpgroup's first warp fills a slot's A area with one ``cp.async.bulk`` that completes
+on the slot's full barrier; it refills the slot of the previous super-chunk (``stages - 1`` ahead) after
+waiting on that slot's empty barrier, i.e. once every thread released it. Each thread waits on the full barrier
+of its super-chunk (phase parity = slot uses so far, mod 2), then for its own weight copies (``cp.async``: only
+the copying lane reads them, so no barrier), decodes and issues its MMAs, waits for them, and arrives on the
+slot's empty barrier (with ``p1``, both slots of a pair after the pair's one wait; the ring then refills the slot
+of two super-chunks before). No CTA-wide barrier is left in the loop (one after the barriers' initialisation): a
+warpgroup may run up to about a super-chunk ahead of the other, so one's MMAs can overlap the other's decode,
+and no thread issues the activation copies but one. The A area is written through the async proxy and read by
+``wgmma`` through it, so no proxy fence is needed.
+
 K must be a multiple of the super-chunk and the block 32, 64 or 128 (``applies``); the plan takes the plain
 kernel otherwise.
 """
@@ -79,6 +96,7 @@ from __future__ import annotations
 
 import re
 
+from ..intrinsics_bulk import MBAR_BYTES
 from .layout import MMA_LAYOUTS, sizes, step_planes
 from .mma_smem import RING_ALIGN_PAD, SmemRing, slot_fields
 from .mma_source import (
@@ -115,7 +133,8 @@ def layout(tac, m_tiles: int, block_size: int, zp_kind: str, bits: int) -> tuple
     super_k, vectors, _, _, super_blocks, _, _ = sizes(block_size, bits)
     a_bytes = 8 * m_tiles * (2 * super_k if tac.wg else row_stride(block_size, bits))
     w_bytes = 32 * tac.warps * sum(w for _, w in slot_fields(tac.tpw, 1, vectors, super_blocks, zp_kind))
-    return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + RING_ALIGN_PAD
+    bars = 2 * MBAR_BYTES * tac.stages if tac.mb else 0  # a "full" and an "empty" barrier per slot
+    return a_bytes, w_bytes, tac.stages * (a_bytes + w_bytes) + bars + RING_ALIGN_PAD
 
 
 def copies_ahead(tac) -> int:
@@ -176,7 +195,19 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     e(1, "rbase = (smem_addr(sm) + np.uint32(15)) & np.uint32(0xFFFFFFF0)")
     ring = SmemRing(e, tac, m_tiles, block_size, zp_kind, bits)  # the weights area: mma_smem's fields
     ring.bases(1, f"rbase + np.uint32({a_bytes})")
-    if WG and tac.pa:
+    MB = tac.mb
+    if MB:
+        # one bulk copy per slot by lane 0 of the last warpgroup's first warp; the slots' barriers after the ring
+        pieces = per = 0
+        e(1, f"fbar = rbase + np.uint32({S * slot})  # full[k] at fbar + 8 k, empty[k] at fbar + 8 (S + k)")
+        e(1, "if tid == 0:")
+        for k in range(S):
+            e(2, f"mbar_init(fbar + np.uint32({8 * k}), 1)")
+            e(2, f"mbar_init(fbar + np.uint32({8 * (S + k)}), {threads})")
+        e(2, "mbar_fence_init()")
+        e(1, "cuda.syncthreads()")
+        e(1, "desc0 = smem_desc(sm, rbase - smem_addr(sm), 128, 256)")
+    elif WG and tac.pa:
         # A arrives permuted into the slots' order (``wg_a``): a slot's A area is a contiguous block, 16-byte pieces
         pieces = a_bytes // 16
         per = -(-pieces // threads)
@@ -213,6 +244,14 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
         for mt in range(m_tiles):
             e(1, f"abase_{mt} = rbase + np.uint32((g + {8 * mt}) * {RS}) + np.uint32(t * {8 * group_steps})")
 
+    PW = warps - 4  # MB: the producer, lane 0 of the last warpgroup's first warp
+
+    def bulk_copy(ind, chunk, off, kslot):
+        """MB: the slot's A area, one bulk copy completed on the slot's full barrier (``kslot``: its index)."""
+        e(ind, f"mbar_arrive_tx(fbar + np.uint32(8) * {kslot}, {a_bytes})")
+        e(ind, f"bulk_g2s(rbase + {off}, a32, np.int64({chunk}) * {a_bytes // 16}, {a_bytes}, "
+               f"fbar + np.uint32(8) * {kslot})")
+
     def copy_stage(ind, chunk, off):
         e(ind, f"if {chunk} < c1:")
         for j in range(per):
@@ -237,26 +276,58 @@ def gen_source_xa(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bi
     INFLIGHT = WG and tac.pf  # MMAs waited for every second super-chunk (module docstring)
     P = copies_ahead(tac)
     for r in range(P):
+        if MB:
+            e(1, f"if tid == {32 * PW} and c0 + {r} < c1:")
+            bulk_copy(2, f"c0 + {r}", f"np.uint32({r * slot})", f"np.uint32({r})")
         copy_stage(1, f"c0 + {r}", f"np.uint32({r * slot})")
     e(1, f"loff = np.uint32({P * slot})")
     e(1, "coff = np.uint32(0)")
+    if MB:  # slot index and phase parity of the current super-chunk (ci, cph) and of super-chunk cc + P - S, whose
+        # slot the producer refills (ti, tph: the previous one, or with p1 the one before): (P, 1) until it is >= c0
+        e(1, "ci = np.uint32(0)")
+        e(1, "cph = np.uint32(0)")
+        e(1, f"ti = np.uint32({P})")
+        e(1, "tph = np.uint32(1)")
     e(1, "cc = c0")
     e(1, "while cc < c1:")
 
     def body(x):
         """One super-chunk, ``x`` levels deeper than the loop body."""
         ex = (lambda ind, text: e(ind + x, text)) if x else e
-        ex(2, "cp_async_wait()")
-        if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
-            ex(2, "fence_proxy_async()")
-        ex(2, "cuda.syncthreads()")
-        copy_stage(2 + x, f"cc + {P}", "loff")
+        if MB:
+            ex(2, "while mbar_try_wait(fbar + np.uint32(8) * ci, cph) == 0:  # the slot's A landed")
+            ex(3, "pass")
+            ex(2, "cuda.syncwarp()  # lanes leave the wait loop apart: converged again for the aligned wgmma")
+            ex(2, "cp_async_wait()  # the thread's own weights landed")
+            ex(2, f"if warp == {PW} and cc + {P} < c1:  # (warp-uniform) the producer refills slot ti")
+            ex(3, "if lane == 0:")
+            ex(4, f"if cc >= c0 + {S - P}:  # once every thread is done with its last super-chunk")
+            ex(5, f"while mbar_try_wait(fbar + np.uint32({8 * S}) + np.uint32(8) * ti, tph) == 0:")
+            ex(6, "pass")
+            bulk_copy(4 + x, f"cc + {P}", "loff", "ti")
+            ex(3, "cuda.syncwarp()  # converged again before the warpgroup's aligned wgmma instructions")
+            copy_stage(2 + x, f"cc + {P}", "loff")
+        else:
+            ex(2, "cp_async_wait()")
+            if WG:  # the copies (generic proxy) made visible to wgmma's reads (async proxy) before the barrier
+                ex(2, "fence_proxy_async()")
+            ex(2, "cuda.syncthreads()")
+            copy_stage(2 + x, f"cc + {P}", "loff")
         for i in range(TPW):
             ring.read(2 + x, "q", 0, i, "coff")
         emit_compute(ex, c, bits, zp_kind, TPW, m_tiles, super_blocks, block_steps, group_steps, group_k, WG)
         if WG and (x or not INFLIGHT):  # this slot's (and the pair's) MMAs done before a barrier lets copies in
             for i in range(TPW):
                 ex(2, f"acc_{i} = wgmma_wait(acc_{i})")
+        if MB:  # this thread is done with the slot (with p1: both slots of the pair, once their MMAs are waited for)
+            if INFLIGHT and x:
+                ex(2, f"mbar_arrive(fbar + np.uint32({8 * S}) + np.uint32(8) * (ci + np.uint32({S - 1}) if ci == "
+                      f"np.uint32(0) else ci - np.uint32(1)))")
+            if x or not INFLIGHT:
+                ex(2, f"mbar_arrive(fbar + np.uint32({8 * S}) + np.uint32(8) * ci)")
+            for v, ph in (("ci", "cph"), ("ti", "tph")):  # on to the next super-chunk
+                ex(2, f"{v} = {v} + np.uint32(1) if {v} < np.uint32({S - 1}) else np.uint32(0)")
+                ex(2, f"{ph} = {ph} ^ np.uint32(1) if {v} == np.uint32(0) else {ph}")
         last = f"np.uint32({(S - 1) * slot})"
         if INFLIGHT:
             ex(2, f"loff = loff + np.uint32({slot}) if loff < {last} else np.uint32(0)")

@@ -178,7 +178,7 @@ def repack(weights, K_pad: int):
     total = (n_pad // TILE_N) * nbk * wpb
     dmap = _source_map_on_device(bits, w.block_size, w.simulated, w.device_id)
     out = device_empty((total,), np.uint32, w.simulated)
-    b = w.b.flat()
+    b = w.onnx_b().flat()
     row_bytes = w.k_blocks * w.block_size * bits // 8
     grid = max(1, min(MAX_BLOCKS, -(-total // THREADS)))
     launch = repack_kernel().bind(grid, THREADS, (b, dmap, out, w.N, row_bytes, w.k_blocks * w.block_size, bits,
@@ -230,3 +230,10 @@ def prepack_on_host(weights) -> Packed:
         return to_device(pack_weights(codes, K_pad, weights.block_size, weights.bits), weights.simulated)
 
     return _packed(weights, bq_of)
+
+
+def prepack_cached_on_host(weights) -> Packed:
+    """``prepack_on_host``'s layout, cached as ``prepack``'s (key ``gemv_mma_w<bits>``): how a node in host memory
+    (``simulated``) that keeps only this layout builds it at construction, without simulating the repack kernel
+    thread by thread (the same words: ``tests/test_gemv_repack.py``)."""
+    return weights.derived(f"gemv_mma_w{weights.bits}", lambda: prepack_on_host(weights))

@@ -13,11 +13,11 @@ From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the 
 (``mma_xa``): the warps of a CTA share each K step's activations through shared memory instead of each
 re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
 (one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
-sm_90 GPU under numba-cuda, at M = 25..32 and 49..64 on wide block-128 weights, that kernel issues Hopper's
+sm_90 GPU, at M = 25..32 and 49..64 on wide block-128 weights, that kernel issues Hopper's
 warpgroup MMAs (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``, most of them with the
 activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 256)
 the route serves only what that warpgroup kernel (12..32 m-tiles: wgmma n = 96..256) was measured to do faster
-than dequantize + cuBLAS (``tactics.wide_serves``: sm_90 under numba-cuda, 4-bit block 128, N >= 12288, to M = 128
+than dequantize + cuBLAS (``tactics.wide_serves``: sm_90, 4-bit block 128, N >= 12288, to M = 128
 on N >= 8192, and down projections of 4096..8191 rows with K >= 12288 to M = 96); the rest keeps ORT's chain.
 
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..256 as above), and 2-bit
@@ -39,9 +39,11 @@ zero points none/packed, no g_idx, N % 8 == 0, K % 8 == 0.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from ..family import KernelFamily
 from . import core
-from .mma import TensorCorePlan
+from .mma import TensorCorePlan, dequant_fallback
 from .tactics import (
     BITS,
     BLOCK_SIZES,
@@ -69,7 +71,7 @@ def unmet(problem):
     if not 1 <= p.M <= WG_MAX_M:
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
-        yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90 under numba-cuda, 4-bit "
+        yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90, 4-bit "
                f"block 128, K % 128 == 0, N >= {XA_NOSPLIT_N}; M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}.."
                f"{XA_NOSPLIT_N - 1} rows, M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with "
                f"K >= {WG_DOWN_MIN_K})")
@@ -80,23 +82,12 @@ def unmet(problem):
 supports = core.supports_from(unmet)
 
 
-def _dequant_plan(weights, problem, config):
-    """The plan ORT's chain would run here (dequantize + cuBLAS, chunked by its rule): the unaligned-A fallback."""
-    from ...config import load_config
-    from ...dispatch.routes import chunk_rule
-    from .. import dequant
-
-    cfg = config if config is not None else load_config({})
-    route = "dequant_cublas_chunked" if chunk_rule(problem, cfg) else "dequant_cublas"
-    return dequant.build(weights, problem, cfg, route)
-
-
 def build(weights, problem, config=None, route: str = ROUTE, *, tactic=None):
     """Plan for ``problem`` (fixed M) over ``weights``; ``tactic``: a ``tactics.Tactic`` (default:
     ``tactics.default_tactic``, which takes ``gemm_tactic`` past M = 16, ``wide_tactic`` past 64)."""
     core.check(ROUTE, unmet(problem))
     core.check(ROUTE, core.weights_unmet(weights, problem))
-    return TensorCorePlan(weights, problem, route, lambda: _dequant_plan(weights, problem, config), tactic)
+    return TensorCorePlan(weights, problem, route, partial(dequant_fallback, weights, problem, config), tactic)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/small_gemm.py", "gemv/mma_source.py", "gemv/mma_xa.py",

@@ -144,6 +144,11 @@ class Tactic:
       the ring then copies ``stages - 2`` super-chunks ahead, so ``stages >= 3``).
     * ``pa``: with ``wg``, the activations permuted once per call (``wg_a``, tag suffix ``v``) into the super-chunks'
       wgmma core-matrix order, so the ring copies them in 16-byte pieces instead of 4-byte ones.
+    * ``mb``: with ``pa``, the ring's activations arrive by one bulk copy per super-chunk (``cp.async.bulk``, issued
+      by lane 0 of the last warpgroup's first warp) that completes on the slot's "full" barrier, and each thread
+      releases the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
+      the loop, so the warpgroups run up to a super-chunk apart and one's MMAs overlap the other's decode (tag
+      suffix ``m``; with ``pf = 1`` the pair's slots are released after its one wait).
     """
 
     tpw: int = 1
@@ -159,6 +164,7 @@ class Tactic:
     xa: bool = False
     wg: bool = False
     pa: bool = False
+    mb: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
@@ -177,6 +183,8 @@ class Tactic:
             raise ValueError(f"gemv_mma: warpgroup MMAs waited for every second super-chunk (p1) need 3+ stages: {self}")
         if self.pa and not self.wg:
             raise ValueError(f"gemv_mma: permuted activations (v) need warpgroup MMAs (h): {self}")
+        if self.mb and not self.pa:
+            raise ValueError(f"gemv_mma: the barrier pipeline (m) needs permuted activations (v): {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
 
@@ -204,17 +212,19 @@ class Tactic:
             s += "h"
         if self.pa:
             s += "v"
+        if self.mb:
+            s += "m"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?(m)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a, x, h, v = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x, h, v, mb = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a), bool(x), bool(h), bool(v))
+                      int(gr or 0), bool(a), bool(x), bool(h), bool(v), bool(mb))
 
 
 def _table_path(gpu: str) -> Path:
@@ -322,8 +332,9 @@ XA_KSPLIT = 4
 #: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, block 128 (the
 #: only block measured), ``WG_M_TILES`` m-tiles (M = 25..32 and 49..64), activations permuted per call (``pa``)
 #: where that was faster: on N >= ``WG_MIN_N`` rows (``gemm_tactic``; launch bounds for two CTAs per SM at 4
-#: m-tiles and from ``WG_MINB_N`` rows), and at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
-#: ``XA_KSPLIT`` ways; past M = 64 ``wide_tactic``
+#: m-tiles and from ``WG_MINB_N`` rows), at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
+#: ``XA_KSPLIT`` ways, and at 8 m-tiles on ``XA_NOSPLIT_N <= N < WG_MIN_N`` with the barrier pipeline (``mb``);
+#: past M = 64 ``wide_tactic``
 WG_BITS = (4,)
 WG_BLOCKS = (128,)
 WG_M_TILES = (4, 8)
@@ -333,23 +344,25 @@ WG_MINB_N = 65536
 
 def wgmma_ok(simulated: bool) -> bool:
     """Whether the ``wg`` tactics may be chosen by default: a compute-capability 9.0 GPU (``wgmma`` is sm_90a
-    only) under numba-cuda (numba-cuda-mlir compiles ``wgmma`` for n = 8 only: ``intrinsics_sm90``)."""
+    only; both compilers build it, ``intrinsics_sm90``)."""
     if simulated:
         return False
-    from ... import backend
     from ...launch.driver import _current_cc
 
-    return backend.NAME == "numba" and _current_cc() == (9, 0)
+    return _current_cc() == (9, 0)
 
 
 def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = None, bits: int = 4,
                 wg_ok: bool = False) -> Tactic:
     """The launch shape past M = 16 (3..8 m-tiles).
 
-    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU under numba-cuda), 4-bit block-128 weights at 4 and 8 m-tiles
+    With ``wg_ok`` (``wgmma_ok``: an sm_90 GPU), 4-bit block-128 weights at 4 and 8 m-tiles
     (M = 25..32, 49..64) take the warpgroup-MMA kernel with permuted activations on N >= ``WG_MIN_N``:
     ``t2w8u1s3b2xhv`` at 4 m-tiles and from ``WG_MINB_N`` rows, else ``t2w8u1s3xhv``; at 8 m-tiles on
-    ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there). Against the
+    ``XA_MIN_N <= N < XA_NOSPLIT_N`` ``t2w8u1k4s3xh`` (K split 4 ways; permuting A was slower there), and at 8 m-tiles
+    on ``XA_NOSPLIT_N <= N < WG_MIN_N`` the barrier pipeline ``t1w8u1s3xhvm`` (``Tactic.mb``): on 14336x4096 at M = 64
+    28.8 us against the previous default ``t2w4u1s4x``'s 38.0 (fp16 dense 33.5; H200 2026-12-05, run 1 and run 5 of
+    ``benchmarks/results/2026-12-05-h200-next-all``). Against the
     previous default at M = 64: 82.8 us against 96.0 (28672x8192), 144.1 against 187.8 (128256x4096); at M = 32:
     62.9 against 69.3, 107.5 against 134.0; on 14336 and 4096 rows, and at 4 m-tiles on 8192 rows, the ``mma.sync``
     kernels stayed as fast or faster (``benchmarks/results/2026-12-04-h200-wg-pa``; waiting for the MMAs every
@@ -369,6 +382,8 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
         if N >= WG_MIN_N:
             minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
             return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
+        if N >= XA_NOSPLIT_N and mt == WG_M_TILES[1]:
+            return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True, mb=True)
         if N < XA_NOSPLIT_N and mt == WG_M_TILES[1]:
             return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
     if N >= XA_NOSPLIT_N:
@@ -378,37 +393,35 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     return plain_gemm_tactic(N, M)
 
 
-def _backend_has_wgmma() -> bool:
-    from ... import backend
-
-    return backend.NAME == "numba"
-
-
 def _wide_ok(p) -> bool:
     """The needs of every kernel past M = 64 (``wide_tactic``)."""
     return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
-            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32
-            and _backend_has_wgmma())
+            and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32)
 
 
 def wide_tactic(problem) -> Tactic | None:
     """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
     or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
     measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
-    (``problem.sm``) under numba-cuda, 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
+    (``problem.sm``), 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
     none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
     activations permuted per call (``pa``):
 
-    * N >= ``XA_NOSPLIT_N``: ``t1w8u1s3xhv`` (128 rows per CTA; 106 / 122 / 154 / 188 registers at 12 / 16 / 24 / 32
-      m-tiles, one CTA per SM from 24);
+    * N >= ``XA_NOSPLIT_N``: ``t1w8u1xhvm`` (128 rows per CTA, the barrier pipeline ``Tactic.mb`` with 2 slots: 84 KB of
+      shared memory at 16 m-tiles, two CTAs per SM; one at 32). Against the previous ``t1w8u1s3xhv`` in the same run
+      (H200 2026-12-05, run 5 of ``benchmarks/results/2026-12-05-h200-next-all``), M = 128 / 256: 111.8 / 200.6 us
+      against 146.1 / 246.9 (28672x8192), 220.4 / 409.5 against 291.7 / 493.9 (128256x4096), 37.7 / 57.4 against
+      42.9 / 70.7 (14336x4096); in run 1 the 3-slot form ``t1w8u1s3xhvm`` was within 3% of it except at M = 128 on
+      28672x8192 (124.9 against 113.1);
     * ``XA_MIN_N <= N < XA_NOSPLIT_N``, to 16 m-tiles: ``t2w8u1k4s3xhv`` (K split 4 ways);
     * ``WG_DOWN_MIN_N <= N < XA_MIN_N`` with K >= ``WG_DOWN_MIN_K`` (down projections), 12 m-tiles: ``t1w8u1k4s3xhv``;
     * else None.
 
-    Fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
-    ``bench_small_gemm``): at M = 96 / 128, 106.0 / 147.4 us against the previous default's 148.6 / 188.7
-    (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels), 159.0 / 194.7 against 169.6 /
+    The rest was fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
+    ``bench_small_gemm``, with ``t1w8u1s3xhv`` on N >= ``XA_NOSPLIT_N``): at M = 96 / 128, 106.0 / 147.4 us against
+    the previous default's 148.6 / 188.7 (28672x8192, where M = 97..128 ran as two launches of the M <= 64 kernels),
+    159.0 / 194.7 against 169.6 /
     226.8 (8192x28672), at M = 128 42.6 against dequantize + cuBLAS's 76.0 (14336x4096); on 4096x14336
     ``t1w8u1k4s3xhv`` 64.5 against 78.7 at M = 96 (run 6), and only 75.6 against 79.2 at 128 (run 5). Default calls
     at M = 192 / 256 (run 7): 196.7 / 248.4 against 298.6 / 333.6 (28672x8192), 56.6 / 70.5 against 79.0 / 86.8
@@ -419,7 +432,7 @@ def wide_tactic(problem) -> Tactic | None:
         return None
     mt = m_tiles(p.M)
     if p.N >= XA_NOSPLIT_N:
-        return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True)
+        return Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
     if p.N >= XA_MIN_N and mt <= WG_M_TILES_BEYOND[1]:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     if p.N >= WG_DOWN_MIN_N and p.K >= WG_DOWN_MIN_K and mt == WG_M_TILES_BEYOND[0]:

@@ -57,7 +57,7 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
     for fp16/bf16 A when it supports the problem, else the CUDA-core engine), "cuda_core" or "mma";
     ``tactic``: a ``tactics.Tactic`` for the tensor-core plan."""
     return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel,
-                       tactic)
+                       tactic, config=config)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/w2.py", "gemv/mma_source.py", "gemv/core_source.py"))

@@ -67,7 +67,7 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
     when ``tactics.supports`` the problem, else CUDA cores), "cuda_core" or "mma"; ``tactic``: a
     ``tactics.Tactic`` for the tensor-core plan."""
     return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, route), kernel,
-                       tactic)
+                       tactic, config=config)
 
 
 FAMILY = KernelFamily(ROUTE, supports, build, ("gemv/w4.py", "gemv/mma_source.py", "gemv/core_source.py"))

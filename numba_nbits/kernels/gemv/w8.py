@@ -68,7 +68,7 @@ def build(weights, problem, config=None, route: str = ROUTE, *, kernel: str = "a
     ``tactic``: a ``tactics.Tactic`` for the tensor-core plan."""
     pf = l2_prefetch(problem, config)
     return build_route(ROUTE, unmet, weights, problem, route, lambda: build_cuda_core(weights, problem, pf, route),
-                       kernel, tactic, l2pf=pf)
+                       kernel, tactic, l2pf=pf, config=config)
 
 
 def build_cuda_core(weights, problem, l2pf: bool = False, route: str = ROUTE) -> core.GemvPlan:

@@ -10,7 +10,8 @@ With ``pa`` this kernel writes, once per call, each super-chunk's activations ex
 word ``d`` of super-chunk ``c`` is the A area's word ``d`` (``mma_xa``: (step, row block, k block, row, word),
 word fastest), rows past M repeating row M - 1. The main kernel then copies slot-sized contiguous blocks in
 16-byte pieces. It costs one launch and ``2 * 8 * m_tiles * K`` bytes written and read (2 MB at M = 128 and
-K = 8192, about a microsecond at the HBM's rate) and a workspace of that size per plan.
+K = 8192, about a microsecond at the HBM's rate) and a workspace: the node's, per calling thread, sized for the largest
+m-tiles of the plan's range (``mma.ThreadWorkspace``).
 """
 from __future__ import annotations
 

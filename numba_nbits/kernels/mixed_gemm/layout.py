@@ -236,7 +236,7 @@ def prepack(weights, arch: int = 80, prepacked: bool = False) -> Packed:
             z = np.asarray(weights.host["zero_points"]).reshape(N, kb)
             z = z.view(np.uint16) if weights.dtype == "bfloat16" else z.astype(np.float16)
             zp = to_device(_per_block(z, N, kb, z.dtype), weights.simulated)
-        bq = weights.b.view(np.uint32) if prepacked else to_device(pb.view(np.uint32), weights.simulated)
+        bq = weights.onnx_b().view(np.uint32) if prepacked else to_device(pb.view(np.uint32), weights.simulated)
         return Packed(bq=bq,
                       scales=to_device(_per_block(sc_bits, N, kb, sc_bits.dtype), weights.simulated),
                       zp=zp, arch=arch)

@@ -1,0 +1,103 @@
+"""Call typing remembered within one compile of ours: the same call types are not resolved again and again.
+
+numba's type inference resolves every call of a function by trying the function's typing templates on the
+argument types (``BaseFunction.get_call_type``: the template order, one ``apply`` per template, literal and
+non-literal argument variants). The generated kernels are long unrolled blocks of the same few calls on the same
+argument types (``np.uint32(...)``, ``fma2``, ``lop3``, ``mma`` ...): in the warpgroup GEMM at 16 m-tiles about
+three calls in four repeat a (function, argument types) pair seen before in the same kernel, and resolving them
+is the largest part of the front end (``benchmarks/results/2026-12-05-cpu-typing-memo``).
+
+``install()`` wraps ``BaseFunction.get_call_type`` (only the exact method it was written against: its source
+hash) so that, while ``active()`` is entered in the calling thread, a resolved signature is remembered per
+(function type, typing context, argument types, keyword argument types) and given back for a repeat; outside
+``active()``, e.g. for a user's own ``@njit`` functions, the method behaves exactly as numba's. A failed
+resolution raises as before and is not remembered; a function type whose implementation key for the signature
+is not recorded (another instance of an equal type) resolves again. Each ``active()`` block starts with an empty
+memo, so nothing is carried from one compile to the next. The resolution is a pure function of those inputs for
+the templates our kernels use, and the LLVM IR of real kernels is byte-identical with and without it
+(``tests/test_typing_memo.py``). ``backend`` installs it and enters ``active()`` around numba-cuda's compiles.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from contextlib import contextmanager
+
+#: sha256 of ``inspect.getsource(numba.core.types.functions.BaseFunction.get_call_type)`` (numba 0.68.0 / 0.68.1)
+KNOWN_SOURCE_SHA256 = {"0.68": "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"}
+
+_LOCK = threading.Lock()
+_TLS = threading.local()
+_state = {"done": False, "installed": False, "reason": "not tried", "original": None}
+
+
+def _memo_get_call_type(self, context, args, kws):
+    """``BaseFunction.get_call_type`` with this thread's ``active()`` memo (module docstring)."""
+    original = _state["original"]
+    memo = getattr(_TLS, "memo", None)
+    if memo is None:
+        return original(self, context, args, kws)
+    try:
+        key = (self, context, args, tuple(sorted(kws.items())) if kws else ())
+        sig = memo.get(key)
+    except TypeError:  # an unhashable argument type: resolve as numba does
+        return original(self, context, args, kws)
+    if sig is not None and sig.args in self._impl_keys:
+        _TLS.hits += 1
+        return sig
+    sig = original(self, context, args, kws)
+    memo[key] = sig
+    return sig
+
+
+@contextmanager
+def active():
+    """Remember call typing in this thread for the block (a fresh memo; the previous one restored after)."""
+    saved = getattr(_TLS, "memo", None), getattr(_TLS, "hits", 0)
+    _TLS.memo, _TLS.hits = {}, 0
+    try:
+        yield
+    finally:
+        _TLS.memo, _TLS.hits = saved
+
+
+def hits() -> int:
+    """Repeats answered from the memo so far in this thread's current ``active()`` block."""
+    return getattr(_TLS, "hits", 0)
+
+
+def _source_sha256(fn) -> str | None:
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def install() -> bool:
+    """Wrap the method if it is the one this module was written against; True when the wrapper is in place.
+    Idempotent and thread-safe; ``status()`` says why not."""
+    with _LOCK:
+        if _state["done"]:
+            return _state["installed"]
+        _state["done"] = True
+        try:
+            import numba
+            from numba.core.types import functions
+        except ImportError as e:
+            _state["reason"] = f"numba not importable: {e}"
+            return False
+        original = functions.BaseFunction.get_call_type
+        if _source_sha256(original) not in KNOWN_SOURCE_SHA256.values():
+            _state["reason"] = f"numba {numba.__version__}: BaseFunction.get_call_type is not the known one"
+            return False
+        _state["original"] = original
+        functions.BaseFunction.get_call_type = _memo_get_call_type
+        _state["installed"] = True
+        _state["reason"] = f"installed on numba {numba.__version__}"
+        return True
+
+
+def status() -> str:
+    """Whether ``install`` wrapped the method, and why (not)."""
+    return _state["reason"]
