@@ -27,7 +27,7 @@ def _layer(rng, N, K, bits, block, zp=None, bias=False, dtype=np.float16):
 
 
 def _decode_layers(rng):
-    return [_layer(rng, D, D, 4, 128, bias=True),         # gemv_w4 + bias-add (block 128: no router GEMV at D <= 256)
+    return [_layer(rng, D, D, 4, 32, bias=True),          # gemv_w4 + bias-add
             _layer(rng, D, D, 8, 64, zp="packed"),         # gemv_w8
             _layer(rng, D, D, 4, 64, zp="typed"),          # dequant + cuBLAS (typed zp)
             _layer(rng, D, D, 2, 64, bias=True)]           # gemv_w2 + bias-add
