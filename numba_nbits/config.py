@@ -257,8 +257,8 @@ _KNOBS: tuple[_Knob, ...] = (
         "disable_router_gemv", ENV_DISABLE_ROUTER_GEMV, None, "config",
         _parse_bool, "bool", "false",
         "bool",
-        "disable the router GEMV (M=1, N<=256, K<=8192: gpt-oss-20b's 32x2880, DeepSeek-V3's 256x7168 ...); "
-        "those shapes then take the generic M=1 GEMV plus bias-add",
+        "disable the gpt-oss router GEMV (M=1, N=32, K=2880); the shape then takes the "
+        "generic M=1 GEMV plus bias-add",
     ),
     _Knob(
         "force_chunked", ENV_FORCE_CHUNKED, None, "config",

@@ -244,17 +244,6 @@ def test_router_gpt_oss_shape(rng, bs, dtype):
         check(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp="none", router=True, bias=bias)
 
 
-@pytest.mark.parametrize("N, K, bs, dtype, bias", [
-    (24, 4160, 64, "float16", True),  # K past one round of the unrolled loads (U_MAX chunks per lane): two rounds
-    (40, 1024, 32, "bfloat16", False),
-] if SIM else [(256, 7168, 32, "float16", False), (256, 7168, 64, "bfloat16", True), (128, 2048, 32, "float16", True),
-               (256, 8192, 64, "float16", False), (8, 64, 32, "bfloat16", True)])
-def test_router_family_shapes(rng, N, K, bs, dtype, bias):
-    """The router family past ORT's 32 x 2880 (``routes.ROUTER_MAX_N`` / ``ROUTER_MAX_K``): DeepSeek-V3's 256 x 7168
-    gate, Qwen3-MoE's 128 x 2048, the family's corners."""
-    check(rng, bits=4, M=1, N=N, K=K, bs=bs, dtype=dtype, zp="none", router=True, bias=bias)
-
-
 def test_router_rejects_zero_points(rng):
     w, _ = make(rng, bits=4, N=8, K=64, bs=32, dtype="float16", zp="packed")
     with pytest.raises(ValueError, match="zero points"):

@@ -89,14 +89,9 @@ def block_in(sizes):
 
 
 #: (N, K) shapes served by the router GEMV (spec §5: gpt-oss-20b's router). Add a shape here.
-ROUTER_SHAPES = frozenset({(32, 2880)})  # ORT's router specialisation serves exactly these (spec §5)
-#: the router family served here (issue: generalised on purpose past ORT's one shape, same env switch): small-N gates
-#: such as gpt-oss-20b's 32 x 2880, Qwen3-MoE's 128 x 2048 or DeepSeek-V3's 256 x 7168
-ROUTER_MAX_N = 256
-ROUTER_MAX_K = 8192
+ROUTER_SHAPES = frozenset({(32, 2880)})
 
-router_shape = G("router_shape", f"N <= {ROUTER_MAX_N} and K <= {ROUTER_MAX_K} (ORT: exactly (32, 2880))",
-                 lambda p, c: p.N <= ROUTER_MAX_N and p.K <= ROUTER_MAX_K)
+router_shape = G("router_shape", "(N, K) in ROUTER_SHAPES {(32, 2880)}", lambda p, c: (p.N, p.K) in ROUTER_SHAPES)
 router_enabled = G("router_enabled", "ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION unset/0",
                    lambda p, c: not c.disable_router_gemv)
 no_zero_points = G("no_zero_points", "no zero_points input", lambda p, c: p.zero_points == "none")

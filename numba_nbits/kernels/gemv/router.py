@@ -1,9 +1,7 @@
 """MoE router GEMV (spec §5, route ``router_gemv``): ``Y = A · dequant(B)ᵀ + bias``, bias fused.
 
 Serves ORT's router specialisation: 4-bit, no zero points (default 8), M = 1, block 32 or 64,
-``K % block_size == 0``, and, past ORT's one shape ``routes.ROUTER_SHAPES`` (gpt-oss-20b's 32 x 2880), the
-small-N family ``N <= routes.ROUTER_MAX_N``, ``K <= routes.ROUTER_MAX_K`` (MoE gates such as Qwen3-MoE's
-128 x 2048 and DeepSeek-V3's 256 x 7168: latency-bound like the router, with the bias fused in the same launch).
+``K % block_size == 0``, ``(N, K)`` in ``routes.ROUTER_SHAPES`` (gpt-oss-20b's 32 x 2880).
 The bias, when the node has one, is added in fp32 to the reduced sum before the single rounding
 to the output dtype (ORT: "lane 0 adds bias[n] in float then stores"), in the same launch.
 
@@ -13,10 +11,9 @@ trip), so the design minimises serial steps rather than maximising bandwidth:
 * no shared-memory staging and no ``syncthreads``: each lane reads its A values straight from
   global memory (L1/L2 hits after the first warp) in the same round trip as its B loads, scaling
   them by the decode's power-of-two constants on the fly (``core_source``, ``direct_a``);
-* one warp per output row (``R`` = 1), 4 warps per block (8 blocks for N = 32, 64 for N = 256), and
-  every lane's chunks of the row unrolled at once (``U = ceil(K/32/32)`` = 3 for K = 2880, at most
-  ``U_MAX``: a longer row, K > 4096, takes two or more rounds), so each lane issues all of its 16-byte B
-  loads of a round before the first use;
+* one warp per output row (``R`` = 1), 4 warps per block (8 blocks for N = 32), and every lane's
+  chunks of the row unrolled at once (``U = ceil(K/32/32)`` = 3 for K = 2880), so each lane issues
+  all of its 16-byte B loads before the first use;
 * decode and accumulation as in ``w4`` (magic number, exact per-block partial sums scaled once per
   block), shuffle reduction, bias add, store.
 
