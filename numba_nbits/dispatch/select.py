@@ -84,15 +84,15 @@ PACKED_LAYOUT_MIN_SM = 80
 
 
 def packed_layout_serves(problem: Problem, config: Config) -> bool:
-    """With ``config.packed_only`` on (off by default, ``NUMBA_NBITS_PACKED_ONLY``: dequantize + cuBLAS from the
-    packed layout is 1.6x slower than from B), whether every call of ``problem``'s node (any M) can run on the
-    tensor-core GEMV's packed layout alone, so the node need not keep ORT's B beside it (``Weights.keep_packed_only``): fp16/bf16 weights the layout
-    takes (``kernels.gemv.tactics.supports``: 2/4/8-bit, block 16..128, no or packed zero points, no g_idx,
-    N and K multiples of 8) on an sm >= 80 device, B not prepacked, the fpA_intB route off and not forced (its
-    kernels and profiler candidates read B), and neither chosen nor forced the router GEMV at M = 1 (a CUDA-core
-    kernel on B). Every other route then reads the packed layout: the GEMV routes' tensor-core plans (an
-    unaligned A falls back to dequantize + cuBLAS instead of their CUDA-core kernels), ``fused_gemm``, and
-    dequantize + cuBLAS (``kernels.gemv.dequant_packed``, the same bytes as from B)."""
+    """With ``config.packed_only`` on (off by default, ``NUMBA_NBITS_PACKED_ONLY``: dequantize + cuBLAS from the packed
+    layout is 1.6x slower than from B), whether every call of ``problem``'s node (any M) can run on the tensor-core
+    GEMV's packed layout alone, so the node need not keep ORT's B beside it (``Weights.keep_packed_only``): fp16/bf16
+    weights the layout takes (``kernels.gemv.tactics.supports``: 2/4/8-bit, block 16..128, no or packed zero points, no
+    g_idx, N and K multiples of 8) on an sm >= 80 device, B not prepacked, the fpA_intB route off and not forced (its
+    kernels and profiler candidates read B), and neither chosen nor forced the router GEMV at M = 1 (a CUDA-core kernel
+    on B). Every other route then reads the packed layout: the GEMV routes' tensor-core plans (an unaligned A falls back
+    to dequantize + cuBLAS instead of their CUDA-core kernels), ``fused_gemm``, and dequantize + cuBLAS
+    (``kernels.gemv.dequant_packed``, the same bytes as from B)."""
     from dataclasses import replace
 
     from ..kernels.gemv.tactics import supports

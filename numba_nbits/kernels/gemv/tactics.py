@@ -382,9 +382,9 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
         if N >= WG_MIN_N:
             minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
             return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
-        if N >= XA_NOSPLIT_N and mt == WG_M_TILES[1]:
-            return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True, mb=True)
-        if N < XA_NOSPLIT_N and mt == WG_M_TILES[1]:
+        if mt == WG_M_TILES[1]:
+            if N >= XA_NOSPLIT_N:
+                return Tactic(1, 8, 1, stages=3, xa=True, wg=True, pa=True, mb=True)
             return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True)
     if N >= XA_NOSPLIT_N:
         return Tactic(2, 4, 1, stages=4, xa=True)
