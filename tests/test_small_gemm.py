@@ -194,6 +194,11 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
     # with p1: pairs of super-chunks released after one wait, 7 (an odd last one) and split-K 2 (3 + 4)
     (4, 64, 80, 448, 40, "t1w8u1p1s3xhvm", True, "float16"),
     (4, 64, 64, 448, 60, "t1w8u1p1k2s4xhvm", False, "bfloat16"),
+    # what the defaults may widen to (not defaults yet): 8-bit (two planes) and block 32 in the barrier pipeline
+    (8, 64, 64, 256, 64, "t1w8u1s3xhvm", True, "float16"),  # 4 super-chunks over 3 slots
+    (8, 128, 64, 256, 128, "t1w4u1xhvm", False, "bfloat16"),
+    (4, 32, 64, 448, 60, "t1w8u1s3xhvm", False, "float16"),
+    (4, 32, 64, 256, 100, "t1w4u1xhvm", True, "bfloat16"),
 ])
 def test_shared_activation_kernel_matches_oracle(rng, bits, block, N, K, M, tag, zp, dtype):
     """``Tactic.xa`` (``mma_xa``): the CTA's warps on different tiles, A from a shared-memory ring; with
