@@ -67,7 +67,6 @@ def run(shapes, Ms, chunks, emit) -> list:
     from numba_nbits.arrays import device_empty, to_host
     from numba_nbits.kernels import dequant
     from numba_nbits.kernels.gemv import dequant_packed, repack
-    from numba_nbits.kernels.gemv.tactics import sm_count
     from numba_nbits.launch import simulated
     from numba_nbits.perf import harness
     from numba_nbits.perf.subjects import random_weights
@@ -92,8 +91,7 @@ def run(shapes, Ms, chunks, emit) -> list:
             launches = [("B", dequant.bind_dequant(b, sc, zpp, zpt, wd.dummy(np.int32), scratch, bits=4, act="float16",
                                                   zp_kind="none", has_gidx=False, n_rows=N, k_blocks=wd.k_blocks,
                                                   block_size=bs, zp_row=wd.zp_row)),
-                        ("packed", dequant_packed.bind(wd, repack.prepack(wd), 0, N, scratch,
-                                                       dequant.MAX_BLOCKS_PER_SM * sm_count(sim)))]
+                        ("packed", dequant_packed.bind(wd, repack.prepack(wd), 0, N, scratch))]
             first = None
             for src, dq in launches:
                 dq.launch(0)

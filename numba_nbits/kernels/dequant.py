@@ -185,8 +185,6 @@ def bind_dequant(b_words, scales, zp_packed, zp_typed, gidx, out, *, bits, act, 
 
 # ------------------------------------------------------------------------ the universal route
 
-#: CTAs per SM of the grid-stride dequantize from the tensor-core layout (256 threads each: 8 fill an SM's 2048)
-MAX_BLOCKS_PER_SM = 8
 
 def _flat_views(w, n0: int, rows: int):
     """(b_words, scales, zp_packed, zp_typed) views of rows [n0, n0+rows) of the node's weights."""
@@ -269,10 +267,8 @@ class DequantGemmPlan(Plan):
             out = base.offset(0, (n * w.K_padded,))
             if w.packed_only:  # ORT's B was freed: the same bytes from the tensor-core layout
                 from .gemv import dequant_packed, repack
-                from .gemv.tactics import sm_count
 
-                launch = dequant_packed.bind(w, repack.prepack(w), n0, n, out,
-                                             MAX_BLOCKS_PER_SM * sm_count(w.simulated))
+                launch = dequant_packed.bind(w, repack.prepack(w), n0, n, out)
             else:
                 b, s, zpp, zpt = _flat_views(w, n0, n)
                 launch = bind_dequant(b, s, zpp, zpt, gidx, out, bits=w.bits, act=w.dtype, zp_kind=w.zp_kind,

@@ -40,6 +40,8 @@ from .layout import MMA_LAYOUTS, sizes, step_planes
 
 WARPS = 8
 THREADS = 32 * WARPS
+#: CTAs per SM of the grid-stride loop by default (256 threads each: 8 fill an SM's 2048)
+MAX_BLOCKS_PER_SM = 8
 
 
 def _source(bits: int, act: str, zp_kind: str, block_size: int) -> str:
@@ -151,10 +153,15 @@ def dequant_packed_kernel(bits: int, act: str, zp_kind: str, block_size: int):
     return Kernel(fn, argtypes, name=name, fastmath=False)
 
 
-def bind(weights, packed, n0: int, n_rows: int, out, max_blocks: int):
+def bind(weights, packed, n0: int, n_rows: int, out, max_blocks: int | None = None):
     """A ``Launch`` that writes rows ``[n0, n0 + n_rows)`` of the dequantized weights into ``out`` (a 1-D
-    ``n_rows * K_padded`` view in the weights' dtype), from ``packed`` (``layout.Packed``)."""
+    ``n_rows * K_padded`` view in the weights' dtype), from ``packed`` (``layout.Packed``), on at most
+    ``max_blocks`` CTAs (default ``MAX_BLOCKS_PER_SM`` per SM of the device)."""
     w = weights
+    if max_blocks is None:
+        from .tactics import sm_count
+
+        max_blocks = MAX_BLOCKS_PER_SM * sm_count(w.simulated)
     tile0 = n0 // 16
     tiles = -(-(n0 + n_rows) // 16) - tile0
     n_items = tiles * packed.n_super
