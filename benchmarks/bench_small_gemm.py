@@ -32,7 +32,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 import numpy as np  # noqa: E402
 
 from benchmarks.bench_dequant_chunks import _shape  # noqa: E402
-from benchmarks.common import write_out_csv  # noqa: E402
+from benchmarks.common import TorchDense, write_out_csv  # noqa: E402
 
 FIELDS = ["shape", "bits", "dtype", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
 L2_BYTES = 60e6
@@ -97,14 +97,6 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
     compiled = precompile(_kernel_jobs(shapes, blocks, Ms, tactics, bits, dtype), 1 if sim else workers)
     for job, (regs, err) in compiled.items():
         print(f"kernel {job}: {regs} registers {err}", flush=True)
-    torch = None
-    if not sim:
-        try:
-            import torch as _t
-
-            torch = _t if _t.cuda.is_available() else None
-        except Exception:  # noqa: BLE001
-            torch = None
     backend = harness.make_backend()
     rng = np.random.default_rng(0)
     dt = np_dtype(dtype)
@@ -132,15 +124,8 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                 ort = {"numba_nbits.fused_gemm": False}  # ORT's chain: dequantize + cuBLAS at these M
                 ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs, config=ort)
                            for _ in range(copies)]
-                Wd, tdt = None, None
-                if torch is not None:
-                    from numba_nbits.reference import dequantize_ref
-
-                    tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
-                    W = dequantize_ref(hw.B, hw.scales, None, bits=bits, block_size=bs, K=K, N=N).astype(np.float32)
-                    dcopies = max(1, min(16, math.ceil(2 * L2_BYTES / (N * K * 2))))
-                    Wd = [torch.from_numpy(W).to(device="cuda", dtype=tdt) for _ in range(dcopies)]
-                    del W
+                dense = TorchDense.of(hw, bits=bits, block_size=bs, K=K, N=N, dtype=dtype, l2_bytes=L2_BYTES,
+                                      sim=sim)
                 for M in Ms:
                     a_host = random_activation(M, K, dtype, rng)
                     A_buf = backend.alloc((M, K), dt)
@@ -165,20 +150,11 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                     err = relative_error(host(Y_bufs[-1], M), want)
                     us = time_us([lambda s, o=o: o(a_in, out=y_ort, stream=s) for o in ops_ort])
                     rows.append(row(f"ORT chain ({ops_ort[0].route(M)})", us, err, copies, moved_q))
-                    if Wd is not None:
-                        av = a_host.view(np.int16) if dtype == "bfloat16" else a_host
-                        at = torch.from_numpy(av).cuda().view(tdt)
-                        yt = torch.empty((M, N), dtype=tdt, device="cuda")
-
-                        def dense(s, w):
-                            with torch.cuda.stream(torch.cuda.ExternalStream(int(s) if s else 0)):
-                                torch.matmul(at, w.t(), out=yt)
-
-                        dense(0, Wd[0])
-                        torch.cuda.synchronize()
-                        err = relative_error(yt.float().cpu().numpy().astype(np.float64), want)
-                        us = time_us([lambda s, w=w: dense(s, w) for w in Wd])
-                        rows.append(row(f"{dtype} dense (torch)", us, err, len(Wd), N * K * 2 + 2 * M * (K + N)))
+                    if dense is not None:
+                        fns, got = dense.launches(a_host)
+                        us = time_us(fns)
+                        rows.append(row(f"{dtype} dense (torch)", us, relative_error(got, want), len(fns),
+                                        N * K * 2 + 2 * M * (K + N)))
                     for tag in tactics:
                         try:
                             plans = [GemvMmaPlan(o.weights, M, Tactic.parse(tag)) for o in ops]
@@ -192,7 +168,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                         us = time_us([lambda s, p=p, y=y: p.enqueue(A, y, s) for p, y in zip(plans, Ys)])
                         rows.append(row(f"gemv_mma {tag} mt{-(-M // 8)}", us, err, copies, moved_q))
                     del A_buf, Y_bufs, Ys
-                del ops, ops_ort, Wd
+                del ops, ops_ort, dense
     finally:
         backend.close()
     return rows
