@@ -32,7 +32,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 import numpy as np  # noqa: E402
 
 from benchmarks.bench_dequant_chunks import _shape  # noqa: E402
-from benchmarks.common import TorchDense, write_out_csv  # noqa: E402
+from benchmarks.common import torch_dense, write_out_csv  # noqa: E402
 
 FIELDS = ["shape", "bits", "dtype", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
 L2_BYTES = 60e6
@@ -104,10 +104,14 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
     rows = []
 
     def time_us(fns):
+        """Graph-replay (else eager) microseconds per call of ``fns`` (one ``fn(stream)`` per rotated copy)."""
+        return time_subject(harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)))
+
+    def time_subject(subject):
         if sim:
-            fns[0](0)
+            subject.launch(0, 0)
             return float("nan")
-        r = harness.measure(backend, harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)), host=False)
+        r = harness.measure(backend, subject, host=False)
         return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
 
     def host(buf, M):
@@ -124,8 +128,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                 ort = {"numba_nbits.fused_gemm": False}  # ORT's chain: dequantize + cuBLAS at these M
                 ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs, config=ort)
                            for _ in range(copies)]
-                dense = TorchDense.of(hw, bits=bits, block_size=bs, K=K, N=N, dtype=dtype, l2_bytes=L2_BYTES,
-                                      sim=sim)
+                dense_w: dict = {}  # the torch-dequantized W of the dense rows, across M
                 for M in Ms:
                     a_host = random_activation(M, K, dtype, rng)
                     A_buf = backend.alloc((M, K), dt)
@@ -150,11 +153,12 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                     err = relative_error(host(Y_bufs[-1], M), want)
                     us = time_us([lambda s, o=o: o(a_in, out=y_ort, stream=s) for o in ops_ort])
                     rows.append(row(f"ORT chain ({ops_ort[0].route(M)})", us, err, copies, moved_q))
+                    dense = torch_dense(backend, hw, M, L2_BYTES, dense_w)
                     if dense is not None:
-                        fns, got = dense.launches(a_host)
-                        us = time_us(fns)
-                        rows.append(row(f"{dtype} dense (torch)", us, relative_error(got, want), len(fns),
-                                        N * K * 2 + 2 * M * (K + N)))
+                        err = relative_error(dense.run_check(backend, a_host, range(M)).astype(np.float64), want)
+                        rows.append(row(f"{dtype} dense (torch)", time_subject(dense), err, dense.copies,
+                                        dense.nbytes))
+                        del dense
                     for tag in tactics:
                         try:
                             plans = [GemvMmaPlan(o.weights, M, Tactic.parse(tag)) for o in ops]
@@ -168,7 +172,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                         us = time_us([lambda s, p=p, y=y: p.enqueue(A, y, s) for p, y in zip(plans, Ys)])
                         rows.append(row(f"gemv_mma {tag} mt{-(-M // 8)}", us, err, copies, moved_q))
                     del A_buf, Y_bufs, Ys
-                del ops, ops_ort, dense
+                del ops, ops_ort, dense_w
     finally:
         backend.close()
     return rows

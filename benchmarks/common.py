@@ -76,57 +76,20 @@ def array_kinds(sim: bool):
     return kinds
 
 
-class TorchDense:
-    """fp16 / bf16 dense cuBLAS as torch runs it, the baseline of the GEMM benchmarks: ``torch.matmul`` of the
-    activations with the operator's weights dequantized (``numba_nbits.reference.dequantize_ref``) to the
-    activations' dtype. Holds enough device copies of W (N x K) to rotate past twice ``l2_bytes`` (at most 16).
 
-    ``TorchDense.of(...)`` is None where torch with CUDA does not import (and on the simulator): the benchmarks
-    then leave the dense rows out."""
+def torch_dense(backend, hw, M: int, l2_bytes: float, W_cache: dict):
+    """The perf CLI's ``torch_dense`` peer (``numba_nbits.perf.peers.TorchDense``: fp16 / bf16 dense cuBLAS,
+    ``F.linear`` on ``hw``'s weights dequantized by torch in A's dtype, timed through torch's own graphs) for M rows
+    of ``hw`` (``perf.subjects.random_weights``), its A and W copies rotated past twice ``l2_bytes`` (at most 16).
+    ``W_cache`` keeps the dequantized W across M. None on the simulator and where torch with CUDA does not import:
+    the benchmarks then leave the dense rows out. Check it with ``.run_check(backend, A_host, range(M))``."""
+    from numba_nbits.launch import simulated
+    from numba_nbits.perf import peers
+    from numba_nbits.perf.metrics import dense_bytes, rotation_copies
 
-    def __init__(self, torch, W, dtype: str, l2_bytes: float):
-        import math
-
-        self.torch, self.dtype = torch, dtype
-        self.tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
-        N, K = W.shape
-        copies = max(1, min(16, math.ceil(2 * l2_bytes / (N * K * 2))))
-        self.weights = [torch.from_numpy(W).to(device="cuda", dtype=self.tdt) for _ in range(copies)]
-
-    @classmethod
-    def of(cls, hw, *, bits: int, block_size: int, K: int, N: int, dtype: str, l2_bytes: float, sim: bool):
-        """The dense baseline of ``hw`` (``perf.subjects.random_weights``' bytes), or None without torch + CUDA."""
-        if sim:
-            return None
-        try:
-            import torch
-        except Exception:  # noqa: BLE001 - torch is an optional extra; any import failure means no baseline
-            return None
-        if not torch.cuda.is_available():
-            return None
-        import numpy as np
-
-        from numba_nbits.reference import dequantize_ref
-
-        W = dequantize_ref(hw.B, hw.scales, None, bits=bits, block_size=block_size, K=K, N=N).astype(np.float32)
-        return cls(torch, W, dtype, l2_bytes)
-
-    def launches(self, a_host):
-        """For activations ``a_host`` (M x K, NumPy fp16 or ml_dtypes bf16): (fns, Y) where ``fns[i](stream)``
-        computes Y = A @ W_i^T on ``stream`` (a CUDA stream handle; 0 the legacy default) and Y is float64
-        NumPy of one such call, run here and synchronized."""
-        import numpy as np
-
-        torch = self.torch
-        av = a_host.view(np.int16) if self.dtype == "bfloat16" else a_host
-        at = torch.from_numpy(av).cuda().view(self.tdt)
-        yt = torch.empty((a_host.shape[0], self.weights[0].shape[0]), dtype=self.tdt, device="cuda")
-
-        def dense(s, w):
-            with torch.cuda.stream(torch.cuda.ExternalStream(int(s) if s else 0)):
-                torch.matmul(at, w.t(), out=yt)
-
-        dense(0, self.weights[0])
-        torch.cuda.synchronize()
-        y = yt.float().cpu().numpy().astype(np.float64)
-        return [lambda s, w=w: dense(s, w) for w in self.weights], y
+    torch = None if simulated() else peers.cuda_torch()
+    if torch is None:
+        return None
+    b = dense_bytes(M, hw.N, hw.K, hw.dtype, hw.bias is not None)
+    copies = rotation_copies(b.constant + b.A + b.Y, int(l2_bytes), max_copies=16)
+    return peers.TorchDense(torch, backend, M, hw, copies, peers.dense_weights(torch, hw, W_cache))

@@ -26,7 +26,8 @@ from .metrics import dense_bytes, nbits_bytes, tinygemm_bytes
 TINYGEMM_MAX_M = 1024  # a decode kernel: past M = 1024 one call on an LLM-sized layer takes tens of ms
 
 
-def _torch():
+def cuda_torch():
+    """torch, when it imports and has CUDA; else None."""
     try:
         import torch
 
@@ -240,19 +241,25 @@ class Gemlite(_TorchSubject):
         return self.layers[i % self.copies](self.A[i % self.copies])
 
 
+def dense_weights(torch, w, W_cache: dict):
+    """``w``'s weights dequantized by torch ops (``dequant_torch``) in A's dtype, an (N, K) CUDA tensor; made once
+    per case group and kept in ``W_cache``."""
+    if "W" not in W_cache:
+        B, s, z, _ = _device_weights(torch, w)
+        tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[w.dtype]
+        W_cache["W"] = dequant_torch(torch, B, s, z, w.bits, w.block, w.K, tdt)
+    return W_cache["W"]
+
+
 def build_peers(backend, M: int, w, copies_for, *, W_cache: dict, notes: list) -> list:
     """The peers that apply to this case (each skipped with a note in ``notes`` when unavailable)."""
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         notes.append(("torch_dense", "torch with CUDA not importable"))
         notes.append(("torch_dequant_matmul", "torch with CUDA not importable"))
         return []
     out = []
-    if "W" not in W_cache:
-        B, s, z, _ = _device_weights(torch, w)
-        tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[w.dtype]
-        W_cache["W"] = dequant_torch(torch, B, s, z, w.bits, w.block, w.K, tdt)
-    W = W_cache["W"]
+    W = dense_weights(torch, w, W_cache)
     dense = dense_bytes(M, w.N, w.K, w.dtype, w.bias is not None)
     tries = [("torch_dense", lambda: TorchDense(torch, backend, M, w, copies_for(dense.constant, dense.A + dense.Y), W)),
              ("torch_dequant_matmul", lambda: TorchDequantMatmul(torch, backend, M, w, copies_for(
