@@ -20,7 +20,6 @@ first in ``--workers`` processes into the kernel cache. Prints a table; writes `
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -32,7 +31,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 import numpy as np  # noqa: E402
 
 from benchmarks.bench_dequant_chunks import _shape  # noqa: E402
-from benchmarks.common import torch_dense, write_out_csv  # noqa: E402
+from benchmarks.common import SubjectTimer, torch_dense, weight_bytes, weight_copies, write_out_csv  # noqa: E402
 
 FIELDS = ["shape", "bits", "dtype", "block", "M", "what", "us", "tflops", "tb_s", "rel_err", "copies"]
 L2_BYTES = 60e6
@@ -103,16 +102,8 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
     tol = TOLERANCES[dtype]
     rows = []
 
-    def time_us(fns):
-        """Graph-replay (else eager) microseconds per call of ``fns`` (one ``fn(stream)`` per rotated copy)."""
-        return time_subject(harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)))
-
-    def time_subject(subject):
-        if sim:
-            subject.launch(0, 0)
-            return float("nan")
-        r = harness.measure(backend, subject, host=False)
-        return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
+    timer = SubjectTimer(backend, sim)
+    time_us, time_subject = timer.calls, timer
 
     def host(buf, M):
         """``buf``'s M rows (``rows`` waits for the whole device: the calls run on the legacy default stream)."""
@@ -122,8 +113,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
         for N, K in shapes:
             for bs in blocks:
                 hw = random_weights(N, K, bits, bs, dtype, "none", False, rng)
-                wbytes = N * K * bits / 8 + N * (K // bs) * 2
-                copies = 1 if sim else max(1, min(16, math.ceil(2 * L2_BYTES / wbytes)))
+                copies = weight_copies(N, K, bits, bs, L2_BYTES, sim)
                 ops = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs) for _ in range(copies)]
                 ort = {"numba_nbits.fused_gemm": False}  # ORT's chain: dequantize + cuBLAS at these M
                 ops_ort = [nb.MatMulNBits(hw.B, hw.scales, None, K=K, N=N, bits=bits, block_size=bs, config=ort)
@@ -146,7 +136,7 @@ def run(shapes, blocks, Ms, tactics, workers, emit, bits=4, dtype="float16") -> 
                         return emit(dict(base, what=what, us=us, tflops=flops / us / 1e6, tb_s=moved / us / 1e6,
                                          rel_err=err, copies=ncopy))
 
-                    moved_q = wbytes + 2 * M * (K + N)
+                    moved_q = weight_bytes(N, K, bits, bs) + 2 * M * (K + N)
                     us = time_us([lambda s, o=o: o(a_in, out=y_in, stream=s) for o in ops])
                     rows.append(row(f"default ({ops[0].route(M)})", us, 0.0, copies, moved_q))
                     ops_ort[0](a_in, out=y_ort)

@@ -93,3 +93,44 @@ def torch_dense(backend, hw, M: int, l2_bytes: float, W_cache: dict):
     b = dense_bytes(M, hw.N, hw.K, hw.dtype, hw.bias is not None)
     copies = rotation_copies(b.constant + b.A + b.Y, int(l2_bytes), max_copies=16)
     return peers.TorchDense(torch, backend, M, hw, copies, peers.dense_weights(torch, hw, W_cache))
+
+
+def weight_copies(N: int, K: int, bits: int, block: int, l2_bytes: float, sim: bool) -> int:
+    """Copies of an ``N x K`` node (``bits``-bit codes, one fp16 scale per ``block``) whose rotation exceeds twice
+    ``l2_bytes`` (at most 16; one on the simulator): ``perf.metrics.rotation_copies`` of the weight bytes."""
+    from numba_nbits.perf.metrics import rotation_copies
+
+    return 1 if sim else rotation_copies(int(weight_bytes(N, K, bits, block)), int(l2_bytes), max_copies=16)
+
+
+def weight_bytes(N: int, K: int, bits: int, block: int) -> float:
+    """Bytes a call reads of an ``N x K`` node's codes and fp16 scales."""
+    return N * K * bits / 8 + N * (K // block) * 2
+
+
+class SubjectTimer:
+    """Microseconds per call of a ``numba_nbits.perf.harness`` subject: graph replay where the harness captured
+    one, else the events median; on the simulator one launch and NaN. ``last`` keeps the last measurement's
+    eager (events) and host microseconds per call (host: NaN unless ``host``)."""
+
+    def __init__(self, backend, sim: bool, host: bool = False):
+        self.backend, self.sim, self.host = backend, sim, host
+        self.last: dict = {}
+
+    def __call__(self, subject) -> float:
+        from numba_nbits.perf import harness
+
+        nan = float("nan")
+        if self.sim:
+            subject.launch(0, 0)
+            self.last = dict(eager_us=nan, host_us=nan)
+            return nan
+        r = harness.measure(self.backend, subject, host=self.host)
+        self.last = dict(eager_us=r["us_p50"], host_us=r["host_us"])
+        return r["us_graph"] if r["us_graph"] == r["us_graph"] else r["us_p50"]
+
+    def calls(self, fns) -> float:
+        """Microseconds per call of ``fns`` (one ``fn(stream)`` per rotated copy)."""
+        from numba_nbits.perf import harness
+
+        return self(harness.Rotation(lambda i, s: fns[i % len(fns)](s), len(fns)))

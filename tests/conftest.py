@@ -134,6 +134,17 @@ def pythonpath_with(root) -> str:
     return os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
+def run_benchmark(name: str, *args: str, out):
+    """``python -m benchmarks.<name> <args>`` from the repository root with ``$OUT`` set to ``out`` (the script's CSVs
+    land there): the finished ``subprocess.CompletedProcess`` (text output captured, 600 s at most)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args], cwd=Path(__file__).resolve().parents[1],
+                          env=dict(os.environ, OUT=str(out)), capture_output=True, text=True, timeout=600)
+
+
 def to_dev(x):
     """numba device copy of a host array; bf16 goes through uint16 bits (numba cannot copy ml_dtypes
     bfloat16 host arrays on a real GPU: its host_pointer rejects them)."""

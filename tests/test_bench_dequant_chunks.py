@@ -4,17 +4,12 @@ chunked results checked against the unchunked route's."""
 from __future__ import annotations
 
 import csv
-import os
-import pathlib
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import run_benchmark
 
 
 def test_bench_dequant_chunks_tiny(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_dequant_chunks", "--tiny"], cwd=ROOT,
-                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    p = run_benchmark("bench_dequant_chunks", "--tiny", out=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "bench_dequant_chunks.csv")))
     assert [r["what"].split(" (")[0] for r in rows] == ["dequant kernel from B", "dequant kernel from packed",
@@ -25,6 +20,5 @@ def test_bench_dequant_chunks_tiny(tmp_path):
 
 
 def test_bench_dequant_chunks_needs_the_unchunked_reference_first(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_dequant_chunks", "--chunks", "512"], cwd=ROOT,
-                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    p = run_benchmark("bench_dequant_chunks", "--chunks", "512", out=tmp_path)
     assert p.returncode == 2 and "starting with 0" in p.stderr

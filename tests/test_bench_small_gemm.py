@@ -4,21 +4,15 @@ default call; 4-bit fp16 and 8-bit bf16."""
 from __future__ import annotations
 
 import csv
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import run_benchmark
 
 
 @pytest.mark.parametrize("extra, bits, dtype, tol", [([], "4", "float16", 2e-3),
                                                       (["--bits", "8", "--dtype", "bfloat16"], "8", "bfloat16", 1e-2)])
 def test_bench_small_gemm_tiny(tmp_path, extra, bits, dtype, tol):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--tiny", *extra], cwd=ROOT,
-                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    p = run_benchmark("bench_small_gemm", "--tiny", *extra, out=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "bench_small_gemm.csv")))
     ours = [r["what"] for r in rows if r["what"] != f"{dtype} dense (torch)"]  # the torch row: a GPU with torch
@@ -30,6 +24,5 @@ def test_bench_small_gemm_tiny(tmp_path, extra, bits, dtype, tol):
 
 @pytest.mark.parametrize("M", ["16", "257"])
 def test_bench_small_gemm_refuses_m_outside_its_kernels(tmp_path, M):
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_small_gemm", "--M", M], cwd=ROOT,
-                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    p = run_benchmark("bench_small_gemm", "--M", M, out=tmp_path)
     assert p.returncode == 2 and "--M must be in 17..256" in p.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SIMULATED, pythonpath_with
+from conftest import SIMULATED, pythonpath_with, run_benchmark
 
 from numba_nbits.arrays import to_device, to_host
 from numba_nbits.formats import quantize
@@ -115,14 +115,8 @@ def test_bench_hopper_gemm_tiny(tmp_path):
     """``benchmarks/bench_hopper_gemm.py --tiny`` runs (simulator-sized) and checks the prototype against the
     default call."""
     import csv
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_hopper_gemm", "--tiny"], cwd=root,
-                       env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    p = run_benchmark("bench_hopper_gemm", "--tiny", out=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(open(tmp_path / "bench_hopper_gemm.csv")))
     assert [r["what"].split(" ")[0] for r in rows] == ["default", "hopper_gemm"]
