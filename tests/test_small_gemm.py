@@ -122,7 +122,10 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (14336, 4096, 128, 4, 32, "t2w4u1s4x"), (14336, 4096, 128, 4, 48, "t2w4u1s4x"),  # ... 4 / 6 m-tiles: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
     (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
-    (28672, 8192, 128, 8, 64, "t2w4u1"),  # 8-bit
+    # 8-bit: the barrier pipeline at 4 / 8 m-tiles on N >= 24576 rows, the plain kernel elsewhere
+    (28672, 8192, 128, 8, 64, "t1w8u1xhvm"), (28672, 8192, 128, 8, 32, "t1w8u1xhvm"),
+    (24576, 1024, 128, 8, 25, "t1w8u1xhvm"), (28672, 8192, 128, 8, 48, "t2w4u1p1"),
+    (24575, 4096, 128, 8, 64, "t2w4u1"), (28672, 8192, 32, 8, 64, "t2w4u1"), (28672, 8192, 128, 8, 24, "t2w4u1"),
 ])
 def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block, bits, M, tag):
     """With ``wg_ok`` (an sm_90 GPU) the 8-m-tile rule takes ``wgmma`` on wide weights."""
@@ -131,7 +134,7 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 
 
 @requires_gpu
-@pytest.mark.parametrize("N, K, M, tag, dtype", [
+@pytest.mark.parametrize("N, K, M, tag, dtype, bits", [(*case, 4) for case in [
     (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
     (24576, 1024, 96, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
@@ -139,18 +142,21 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
     (24576, 1024, 128, "t1w8u1xhvm", "bfloat16"), (24576, 1024, 200, "t1w8u1xhvm", "float16"),
     (16384, 2048, 256, "t1w8u1xhvm", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
     (16384, 1024, 64, "t1w8u1s3xhvm", "float16"),  # 8 m-tiles on 12288..24575 rows: the barrier pipeline
+]] + [  # 8-bit (``tactics.WG8_BITS``): the barrier pipeline at 4 / 8 / 12 / 16 m-tiles on N >= 24576 rows
+    (24576, 1024, 32, "t1w8u1xhvm", "float16", 8), (24576, 1024, 64, "t1w8u1xhvm", "bfloat16", 8),
+    (24576, 1024, 80, "t1w8u1xhvm", "float16", 8), (24576, 1024, 128, "t1w8u1xhvm", "bfloat16", 8),
 ])
-def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype):
+def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, bits):
     """On an sm_90 GPU (either compiler) a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
     kernel (route ``fused_gemm``), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
         pytest.skip("needs an sm_90 GPU")
-    A, B, s, _, b = _inputs(rng, bits=4, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
-    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=128)
+    A, B, s, _, b = _inputs(rng, bits=bits, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=bits, block_size=128)
     Y = np.asarray(op(A)).astype(np.float64)
     plan = op._entries[M].plan
     assert op.explain(M).name == "fused_gemm" and plan.tactic.tag == tag
-    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=128)
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=bits, block_size=128)
     assert relative_error(Y, ref) <= TOL[dtype]
     if dtype != "float16":
         return

@@ -18,7 +18,8 @@ warpgroup MMAs (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma
 activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 256)
 the route serves only what that warpgroup kernel (12..32 m-tiles: wgmma n = 96..256) was measured to do faster
 than dequantize + cuBLAS (``tactics.wide_serves``: sm_90, 4-bit block 128, N >= 12288, to M = 128
-on N >= 8192, and down projections of 4096..8191 rows with K >= 12288 to M = 96); the rest keeps ORT's chain.
+on N >= 8192, and down projections of 4096..8191 rows with K >= 12288 to M = 96; 8-bit block 128 on N >= 24576 to
+M = 128, which also takes it at M = 25..32 and 49..64: ``tactics.WG8_BITS``); the rest keeps ORT's chain.
 
 It is placed after the GEMV routes, so it serves what they leave: M = 17..64 (65..256 as above), and 2-bit
 M = 9..16 (ORT's 2-bit GEMV stops at M = 8). Forced (``numba_nbits.force_route``), it serves any M in 1..64.

@@ -338,6 +338,15 @@ XA_KSPLIT = 4
 WG_BITS = (4,)
 WG_BLOCKS = (128,)
 WG_M_TILES = (4, 8)
+#: 8-bit block-128 weights take one warpgroup tactic, the barrier pipeline ``t1w8u1xhvm`` (``Tactic.mb``), at
+#: ``WG_M_TILES`` and past M = 64 to ``WG8_MAX_M_TILES`` m-tiles, on N >= ``WG_MIN_N`` rows: on 28672x8192 fp16
+#: (H100 2026-12-05, ``benchmarks/results/2026-12-05-h100-callB``) 102.0 / 129.2 / 199.7 us at M = 32 / 64 / 128
+#: against the previous defaults' 178.0 / 289.0 (the plain kernel) / 454.9 (dequantize + cuBLAS) and fp16 dense's
+#: 166.8 / 174.2 / 171.0; ``t1w8u1s3xhvm`` was within 1% at M = 32 / 64 (193.3 at 128), ``t2w8u1s3xhvm`` 5-12% slower
+WG8_BITS = (8,)
+WG8_MAX_M_TILES = 16
+#: ``t1w8u1xhvm``: 128 rows per CTA, warpgroup MMAs, activations permuted per call, the 2-slot barrier pipeline
+MB_TACTIC = Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
 WG_MIN_N = 24576
 WG_MINB_N = 65536
 
@@ -366,7 +375,8 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     previous default at M = 64: 82.8 us against 96.0 (28672x8192), 144.1 against 187.8 (128256x4096); at M = 32:
     62.9 against 69.3, 107.5 against 134.0; on 14336 and 4096 rows, and at 4 m-tiles on 8192 rows, the ``mma.sync``
     kernels stayed as fast or faster (``benchmarks/results/2026-12-04-h200-wg-pa``; waiting for the MMAs every
-    second super-chunk, ``p1``, was no faster).
+    second super-chunk, ``p1``, was no faster). 8-bit block-128 weights take ``MB_TACTIC`` at those m-tiles on
+    N >= ``WG_MIN_N`` (``WG8_BITS``), the plain kernel elsewhere.
     Otherwise, with K and the block given, 4-bit weights with >= 4 m-tiles (M >= 25) take the shared-activation kernel
     ``t2w4u1s4x`` (``mma_xa``: 128 rows per CTA, 4-slot ring) on N >= ``XA_NOSPLIT_N`` rows, and at 4 m-tiles
     (M = 25..32) ``t2w4u1k4s4x`` (K split 4 ways) on ``XA_MIN_N <= N < XA_NOSPLIT_N``, where it applies (K a
@@ -375,8 +385,14 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     128256x4096; ``benchmarks/results/2026-12-04-h200-gemm-xa``): on 4096 rows, at 3 m-tiles, and with split-K
     past 4 m-tiles the plain kernel was as fast or faster. Otherwise (``plain_gemm_tactic``) the plain kernel."""
     mt = m_tiles(M)
-    if (K is None or block_size is None or bits not in XA_BITS or N < XA_MIN_N or mt < XA_MIN_M_TILES
+    if (K is None or block_size is None or N < XA_MIN_N or mt < XA_MIN_M_TILES
             or not xa_applies(K, block_size, bits)):
+        return plain_gemm_tactic(N, M)
+    if bits in WG8_BITS:
+        if wg_ok and block_size in WG_BLOCKS and mt in WG_M_TILES and N >= WG_MIN_N:
+            return MB_TACTIC
+        return plain_gemm_tactic(N, M)
+    if bits not in XA_BITS:
         return plain_gemm_tactic(N, M)
     if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt in WG_M_TILES:
         if N >= WG_MIN_N:
@@ -395,7 +411,7 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
 
 def _wide_ok(p) -> bool:
     """The needs of every kernel past M = 64 (``wide_tactic``)."""
-    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS and p.block_size in WG_BLOCKS
+    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS + WG8_BITS and p.block_size in WG_BLOCKS
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32)
 
@@ -404,7 +420,7 @@ def wide_tactic(problem) -> Tactic | None:
     """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
     or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
     measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
-    (``problem.sm``), 4-bit block-128 weights (``WG_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
+    (``problem.sm``), 4- or 8-bit block-128 weights (``WG_BITS``, ``WG8_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
     none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
     activations permuted per call (``pa``):
 
@@ -417,6 +433,9 @@ def wide_tactic(problem) -> Tactic | None:
     * ``XA_MIN_N <= N < XA_NOSPLIT_N``, to 16 m-tiles: ``t2w8u1k4s3xhv`` (K split 4 ways);
     * ``WG_DOWN_MIN_N <= N < XA_MIN_N`` with K >= ``WG_DOWN_MIN_K`` (down projections), 12 m-tiles: ``t1w8u1k4s3xhv``;
     * else None.
+
+    8-bit block-128 weights (``WG8_BITS``): ``t1w8u1xhvm`` on N >= ``WG_MIN_N`` to ``WG8_MAX_M_TILES`` m-tiles
+    (M = 65..128), else None.
 
     The rest was fitted to the five shapes of ``benchmarks/results/2026-12-04-h200-wg-pa`` (4-bit block 128 fp16,
     ``bench_small_gemm``, with ``t1w8u1s3xhv`` on N >= ``XA_NOSPLIT_N``): at M = 96 / 128, 106.0 / 147.4 us against
@@ -431,8 +450,10 @@ def wide_tactic(problem) -> Tactic | None:
     if not _wide_ok(p):
         return None
     mt = m_tiles(p.M)
+    if p.bits in WG8_BITS:
+        return MB_TACTIC if (p.N >= WG_MIN_N and mt <= WG8_MAX_M_TILES) else None
     if p.N >= XA_NOSPLIT_N:
-        return Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
+        return MB_TACTIC
     if p.N >= XA_MIN_N and mt <= WG_M_TILES_BEYOND[1]:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     if p.N >= WG_DOWN_MIN_N and p.K >= WG_DOWN_MIN_K and mt == WG_M_TILES_BEYOND[0]:
