@@ -200,7 +200,8 @@ def route_cases(tiny: bool):
             ("router 32x2880 g32 bias", 4, 32, 2880, 32, 1, True, None),
             ("fpA_intB M=16", 4, 4096, 4096, 128, 16, False, fpa),
             ("fused GEMM M=32", 4, 4096, 4096, 128, 32, False, None),
-            ("chunked M=64", 4, 4096, 4096, 128, 64, False, chunked))
+            ("chunked M=64", 4, 4096, 4096, 128, 64, False, chunked),
+            ("overlapped M=2048", 4, 4096, 4096, 128, 2048, False, None))  # M * N >= 2**23
 
 
 def _detail(op, route, M, N, K, rng, sim, calls, batches, sync, add):

@@ -92,6 +92,8 @@ ENV_FUSED_GEMM = "NUMBA_NBITS_FUSED_GEMM"
 KEY_FUSED_GEMM = "numba_nbits.fused_gemm"
 ENV_PACKED_ONLY = "NUMBA_NBITS_PACKED_ONLY"
 KEY_PACKED_ONLY = "numba_nbits.packed_only"
+ENV_DEQUANT_OVERLAP = "NUMBA_NBITS_DEQUANT_OVERLAP"
+KEY_DEQUANT_OVERLAP = "numba_nbits.dequant_overlap"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
@@ -359,8 +361,8 @@ _KNOBS: tuple[_Knob, ...] = (
         _parse_bool, "bool", "true",
         "bool: 0/1/true/false; config wins over env",
         "the `fused_gemm` route: the fused tensor-core kernels serve M = 17..64 (and 2-bit M = 9..16; on sm_90 "
-        "wide 4-bit block-128 weights to M = 256) instead of ORT's dequantize + cuBLAS; false: ORT's dispatch "
-        "chain exactly",
+        "wide 4-bit block-128 weights to M = 256, 8-bit to 128) instead of ORT's dequantize + cuBLAS; false: ORT's "
+        "dispatch chain exactly",
     ),
     _Knob(
         "packed_only", ENV_PACKED_ONLY, KEY_PACKED_ONLY, "config",
@@ -370,6 +372,14 @@ _KNOBS: tuple[_Knob, ...] = (
         "ORT's B once that layout is built: half the weights' device memory, but dequantize + cuBLAS (M past the "
         "fused kernels) then dequantizes from the packed layout, 1.6x slower (ORT's chain +13% at M = 1024 on "
         "28672x8192, +33% at M = 256 on 14336x4096, H200)",
+    ),
+    _Knob(
+        "dequant_overlap", ENV_DEQUANT_OVERLAP, KEY_DEQUANT_OVERLAP, "config",
+        _parse_bool, "bool", "true",
+        "bool: 0/1/true/false; config wins over env",
+        "the `dequant_overlap` route: past the fused kernels (M >= 65, N >= 2048, M * N >= 2**23) the weights are "
+        "dequantized in N-chunks on a side stream while cuBLAS multiplies the previous chunk (two chunk buffers of "
+        "scratch); false: ORT's dequantize + cuBLAS, one step after the other",
     ),
 )
 
@@ -418,13 +428,14 @@ class Config:
     call_graphs: bool = True
     fused_gemm: bool = True
     packed_only: bool = False
+    dequant_overlap: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for name in ("fpa_intb_gemm", "fpa_intb_debug", "disable_router_gemv",
                      "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs", "fused_gemm",
-                     "packed_only"):
+                     "packed_only", "dequant_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
         for name, low in (("chunk_size", 1), ("m_chunk_size", 0),

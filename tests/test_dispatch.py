@@ -41,8 +41,10 @@ def rejected_by(p, route_name, cfg=CFG):
     (P(M=64, N=131072, K=4096), "fused_gemm"),
     (P(bits=2, M=9, block_size=64), "fused_gemm"),
     (P(M=65), "dequant_cublas"),
+    (P(M=2048), "dequant_overlap"),
+    (P(M=8192, N=2040), "dequant_cublas"),
     (P(M=17, dtype="float32"), "dequant_cublas"),
-    (P(M=65, N=131072, K=4096), "dequant_cublas_chunked"),
+    (P(M=65, N=131072, K=4096), "dequant_overlap"),
     (P(zero_points="typed"), "dequant_cublas"),
     (P(has_g_idx=True), "dequant_cublas"),
 ])
@@ -191,15 +193,20 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
     t = tactics.wide_tactic(p)
     assert (t.tag if t else None) == tag
     ort = "dequant_cublas_chunked" if N == 128256 else "dequant_cublas"
+    # past the fused kernels: the overlapped chain where its size rule holds (N >= 2048 here)
+    past = "dequant_overlap" if M > 64 and M * N >= 1 << 23 else ort
     if M > 64:
-        assert route(p) == ("fused_gemm" if tag else ort)
+        assert route(p) == ("fused_gemm" if tag else past)
         if not tag:
             assert rejected_by(p, "fused_gemm") == "fused_gemm_m"
-    for other in (dict(sm=80), dict(bits=8), dict(block_size=32), dict(K=K + 64), dict(dtype="float32")):
+    for other in (dict(sm=80), dict(bits=2), dict(block_size=32), dict(K=K + 64), dict(dtype="float32")):
         q = P(**{**dict(M=M, N=N, K=K, block_size=128), **other})
         assert not tactics.wide_serves(q), other
-    if tag and N != 128256:
-        assert route(P(M=M, N=N, K=K, block_size=128, sm=80)) == ort
+    # 8-bit: the barrier pipeline on N >= 24576 rows to M = 128 only
+    t8 = tactics.wide_tactic(P(M=M, N=N, K=K, block_size=128, bits=8))
+    assert (t8.tag if t8 else None) == ("t1w8u1xhvm" if (tag and N >= 24576 and M <= 128) else None)
+    if tag:
+        assert route(P(M=M, N=N, K=K, block_size=128, sm=80)) == past
         assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort
 
 
@@ -220,18 +227,58 @@ def test_router_guards():
 
 # ---------------------------------------------------------------------- chunking
 def test_chunk_rule():
+    """ORT's chunk rule, with our overlapped route off (``NUMBA_NBITS_DEQUANT_OVERLAP=0``: ORT's chain)."""
+    def cfg(**env):
+        return load_config({"NUMBA_NBITS_DEQUANT_OVERLAP": "0", **env})
+
     big = P(M=65, N=65537, K=4096)  # N*K_pad*2 = 512 MiB > 256 MiB and N > 2*32768
-    assert route(big) == "dequant_cublas_chunked"
-    assert route(P(M=65, N=65536, K=4096)) == "dequant_cublas"  # N == 2*chunk: not chunked
-    assert route(P(M=65, N=28672, K=8192)) == "dequant_cublas"  # 448 MiB but N <= 2*chunk
-    forced = load_config({"ORT_MATMULNBITS_FORCE_CHUNKED": "1"})
+    assert route(big, cfg()) == "dequant_cublas_chunked"
+    assert route(P(M=65, N=65536, K=4096), cfg()) == "dequant_cublas"  # N == 2*chunk: not chunked
+    assert route(P(M=65, N=28672, K=8192), cfg()) == "dequant_cublas"  # 448 MiB but N <= 2*chunk
+    forced = cfg(ORT_MATMULNBITS_FORCE_CHUNKED="1")
     assert route(P(M=65), forced) == "dequant_cublas_chunked"
     assert route(P(M=65, has_g_idx=True), forced) == "dequant_cublas"  # chunking needs no g_idx
-    small_chunks = load_config({"ORT_MATMULNBITS_CHUNK_SIZE": "1024"})
+    small_chunks = cfg(ORT_MATMULNBITS_CHUNK_SIZE="1024")
     assert route(P(M=65, N=32768, K=4096), small_chunks) == "dequant_cublas"  # 256 MiB is not > 256 MiB
     assert route(P(M=65, N=32776, K=4096), small_chunks) == "dequant_cublas_chunked"
-    limit = load_config({"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1", "ORT_MATMULNBITS_CHUNK_SIZE": "64"})
+    limit = cfg(NUMBA_NBITS_SCRATCH_LIMIT_MB="1", ORT_MATMULNBITS_CHUNK_SIZE="64")
     assert route(P(M=65, N=1024, K=1024), limit) == "dequant_cublas_chunked"
+    # the overlapped route precedes both where its size rule holds, chunked or not, g_idx or not
+    for p in (P(M=1024, N=65537, K=4096), P(M=1024, N=28672, K=8192), P(M=2048, has_g_idx=True),
+              P(M=2048, zero_points="typed")):
+        assert route(p) == "dequant_overlap"
+
+
+# ---------------------------------------------------------------------- overlapped dequantize + cuBLAS
+@pytest.mark.parametrize("kw, ok, guard", [
+    (dict(M=2048), True, None), (dict(M=2047), False, "overlap_size"),  # M * N from 2**23 on
+    (dict(M=65, N=131072), True, None), (dict(M=64, N=262144, dtype="float32"), False, "overlap_size"),
+    (dict(M=4096, N=2048), True, None), (dict(M=8192, N=2040), False, "overlap_size"),
+    (dict(M=4096, N=28672, K=8192, bits=8), True, None), (dict(M=3000, bits=2, dtype="float32"), True, None),
+])
+def test_overlap_route_boundaries(kw, ok, guard):
+    from numba_nbits.dispatch.routes import OVERLAP_MIN_M, OVERLAP_MIN_MN, OVERLAP_MIN_N
+
+    assert (OVERLAP_MIN_M, OVERLAP_MIN_N, OVERLAP_MIN_MN) == (65, 2048, 2 ** 23)
+    p = P(**kw)
+    if ok:
+        assert route(p) == "dequant_overlap" and select(p, CFG).bias == "none"
+        assert select(P(**kw, has_bias=True), CFG).bias == "add"
+    else:
+        assert route(p) != "dequant_overlap"
+        assert rejected_by(p, "dequant_overlap") == guard
+
+
+def test_overlap_route_switches_give_orts_chain():
+    p = P(M=1024, N=28672, K=8192)
+    assert route(p) == "dequant_overlap"
+    for env, guard in (({"NUMBA_NBITS_DEQUANT_OVERLAP": "0"}, "dequant_overlap_enabled"),
+                       ({"NUMBA_NBITS_FUSED_GEMM": "0"}, "fused_gemm_enabled")):
+        assert route(p, load_config(env)) == "dequant_cublas"
+        assert rejected_by(p, "dequant_overlap", load_config(env)) == guard
+    assert route(p, load_config({}, {"numba_nbits.dequant_overlap": False})) == "dequant_cublas"
+    forced = load_config({"NUMBA_NBITS_FORCE_ROUTE": "dequant_overlap"})
+    assert select(P(M=3, N=40, K=256), forced).name == "dequant_overlap"  # forcing skips the size rule
 
 
 # ---------------------------------------------------------------------- forcing
@@ -248,10 +295,14 @@ def test_force_route():
 
 
 def test_reasons_and_explain_text():
-    d = select(P(M=65), CFG)
-    assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_cublas")])
+    d = select(P(M=2048), CFG)
+    assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_overlap")])
     text = d.explain()
-    assert "✔ dequant_cublas" in text and "rejected by m_le_16" in text and "rejected by fused_gemm_m" in text
+    assert "✔ dequant_overlap" in text and "rejected by m_le_16" in text and "rejected by fused_gemm_m" in text
+    d = select(P(M=2048), load_config({"NUMBA_NBITS_DEQUANT_OVERLAP": "0"}))
+    assert [r for r, _, _ in d.reasons] == list(ROUTE_NAMES[: ROUTE_NAMES.index("dequant_cublas")])
+    assert "✔ dequant_cublas" in d.explain() and "rejected by dequant_overlap_enabled" in d.explain()
+    assert explain(2048, 4096, 4096).name == "dequant_overlap"
     assert explain(65, 4096, 4096).name == "dequant_cublas"
     assert explain(17, 4096, 4096).name == "fused_gemm"
 

@@ -343,7 +343,8 @@ def test_fuzz_covers_every_available_route():
               Problem(M=1, N=8, K=64, bits=8, block_size=32, dtype="float16"),
               Problem(M=1, N=8, K=64, bits=2, block_size=32, dtype="float16"),
               Problem(M=40, N=8, K=64, bits=4, block_size=32, dtype="float16", has_g_idx=True),
-              Problem(M=16, N=64, K=64, bits=4, block_size=64, dtype="float16")]
+              Problem(M=16, N=64, K=64, bits=4, block_size=64, dtype="float16"),
+              Problem(M=4096, N=2048, K=64, bits=4, block_size=32, dtype="float16")]
     cfg = load_config({"ORT_MATMULNBITS_FORCE_CHUNKED": "1"}, {"ep.cuda.fpa_intb_gemm": "1"})
     admitted = {name for name, r in AVAILABLE.items() for p in probes if r.first_failure(p, cfg) is None}
     assert admitted == set(AVAILABLE), sorted(set(AVAILABLE) - admitted)

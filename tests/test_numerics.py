@@ -26,7 +26,7 @@ from conftest import SIMULATED, to_dev, to_host
 import numba_nbits as nb
 from numba_nbits.config import load_config
 from numba_nbits.dispatch.problem import Problem
-from numba_nbits.dispatch.routes import ROUTES
+from numba_nbits.dispatch.routes import FORCE_SKIPS, ROUTES
 from numba_nbits.kernels import FAMILY_MODULES
 from numba_nbits.reference import matmul_nbits_ref, relative_error
 
@@ -37,9 +37,12 @@ ACC_K = 4096 if SIMULATED else 65536
 
 
 def route_env(route_name):
-    """Environment that lets a route be chosen: chunking forced (small chunks) for the chunked route."""
+    """Environment that lets a route be chosen: chunking forced (small chunks) for the chunked route; small chunks
+    (several per buffer) for the overlapped one."""
     if route_name.endswith("chunked"):
         return {"ORT_MATMULNBITS_FORCE_CHUNKED": "1", "ORT_MATMULNBITS_CHUNK_SIZE": "3"}
+    if route_name == "dequant_overlap":
+        return {"ORT_MATMULNBITS_CHUNK_SIZE": "3"}
     return {}
 
 
@@ -60,7 +63,7 @@ def problem_for(route_name, dtype, K=None, M=3, N=8, zp="none"):
             for block in (32, 16, 64, 128):
                 for m in (M, 1):
                     p = Problem(M=m, N=n, K=k, bits=bits, block_size=block, dtype=dtype, zero_points=zp)
-                    if route.first_failure(p, config) is None:
+                    if all(g.name in FORCE_SKIPS or g(p, config) for g in route.guards):  # as forcing does
                         return bits, block, n, k, m
     return None
 

@@ -51,11 +51,13 @@ def test_chunked_scratch_bounded_by_limit_plan_only():
     N, K, block = 65600, 64, 32
     B = np.zeros((N, K // block, block // 2), np.uint8)
     s = np.ones((N, K // block), np.float16)
-    op = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=block, environ={"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1"})
-    M = 65  # past the fused GEMM's M <= 64
-    assert op.route(M) == "dequant_cublas_chunked"
-    op.warmup(M)
-    assert _scratch_nbytes(op, M) <= 1 * MIB
+    for overlap in ("0", "1"):  # ORT's chunked chain, then our overlapped route (two chunk buffers)
+        op = nb.MatMulNBits(B, s, K=K, N=N, bits=4, block_size=block,
+                            environ={"NUMBA_NBITS_SCRATCH_LIMIT_MB": "1", "NUMBA_NBITS_DEQUANT_OVERLAP": overlap})
+        M = 128  # past the fused GEMM's M <= 64; M * N >= 2**23 for the overlapped route
+        assert op.route(M) == ("dequant_overlap" if overlap == "1" else "dequant_cublas_chunked")
+        op.warmup(M)
+        assert _scratch_nbytes(op, M) <= 1 * MIB
 
 
 def test_chunked_scratch_formula_plan_only():
@@ -139,7 +141,8 @@ def test_beyond_2_31(request, which, how):
     config = {"numba_nbits.force_route": "dequant_cublas_chunked"} if how == "chunked_m1" else None
     op = _op(p, config=config)
     route = op.route(M)
-    want = {"dispatch_m32": "fused_gemm", "dispatch_m65": "dequant_cublas_chunked"}.get(how)
+    # at M = 65 these N (M * N >= 2**23) take the overlapped chain, chunks capped by the scratch limit
+    want = {"dispatch_m32": "fused_gemm", "dispatch_m65": "dequant_overlap"}.get(how)
     if want is not None:
         assert route == want, f"dispatch picked {route} for an {N}x{K} weight at M={M}"
     A = (rng.standard_normal((M, K))).astype(np.float16)
@@ -152,11 +155,12 @@ def test_beyond_2_31(request, which, how):
 @pytest.mark.parametrize("which", ["lm_head_4bit", "head_8bit"])
 def test_chunked_scratch_within_256mib(request, which):
     p = request.getfixturevalue(which)
-    op = _op(p)
     M = 65  # past the fused GEMM's M <= 64
-    assert op.route(M) == "dequant_cublas_chunked"
-    op.warmup(M)
-    assert _scratch_nbytes(op, M) <= SCRATCH_BOUND
+    for overlap, route in (("0", "dequant_cublas_chunked"), ("1", "dequant_overlap")):  # ORT's chain, then ours
+        op = _op(p, environ={"NUMBA_NBITS_DEQUANT_OVERLAP": overlap})
+        assert op.route(M) == route
+        op.warmup(M)
+        assert _scratch_nbytes(op, M) <= SCRATCH_BOUND
 
 
 @requires_gpu
@@ -166,7 +170,7 @@ def test_chunked_scratch_within_256mib_with_chunk_size(request, which):
     """With ORT_MATMULNBITS_CHUNK_SIZE sized for 256 MiB the chunked route is correct and bounded."""
     p = request.getfixturevalue(which)
     rows = SCRATCH_BOUND // (p["K"] * 2)
-    op = _op(p, environ={"ORT_MATMULNBITS_CHUNK_SIZE": str(rows)})
+    op = _op(p, environ={"ORT_MATMULNBITS_CHUNK_SIZE": str(rows), "NUMBA_NBITS_DEQUANT_OVERLAP": "0"})
     M = 65  # past the fused GEMM's M <= 64
     assert op.route(M) == "dequant_cublas_chunked"
     A = p["rng"].standard_normal((M, p["K"])).astype(np.float16)

@@ -55,6 +55,7 @@ class _Handle:
         self._alloc = lambda: device_empty((WORKSPACE_BYTES,), np.uint8, False)
         self.workspaces: dict[int, object] = {}  # stream handle -> its workspace (kept for the process)
         self.math_mode = None
+        self.sm_target = 0  # cublasSetSmCountTarget's value (0: all SMs, the library's default)
         self.lock = threading.Lock()
 
     def workspace_for(self, stream: int):
@@ -89,8 +90,10 @@ def handle_for(device_id: int) -> _Handle:
 
 
 def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, a_ptr: int, y_ptr: int, ldy: int,
-         dtype: str, use_tf32: bool, options: int) -> None:
-    """``Y[:M, :N] = A[M, K] @ W[:N, :K]^T`` on ``stream`` (see module docstring)."""
+         dtype: str, use_tf32: bool, options: int, sm_target: int = 0) -> None:
+    """``Y[:M, :N] = A[M, K] @ W[:N, :K]^T`` on ``stream`` (see module docstring). ``sm_target`` > 0 asks cuBLAS to
+    size the GEMM for that many SMs (``cublasSetSmCountTarget``), leaving the rest to work on another stream (the
+    overlapped dequantize, ``kernels.dequant_overlap``); 0 is the library's default (all SMs)."""
     cb = h.cublas
     ct = cb.ComputeType
     alpha, beta = _ONE, _ZERO
@@ -113,6 +116,9 @@ def gemm(h: _Handle, stream: int, M: int, N: int, K: int, w_ptr: int, ldw: int, 
         if h.math_mode != mode:
             cb.set_math_mode(h.handle, mode)
             h.math_mode = mode
+        if h.sm_target != sm_target:
+            cb.set_sm_count_target(h.handle, sm_target)
+            h.sm_target = sm_target
         cb.set_stream(h.handle, stream)  # also resets the workspace to the library's pool
         ws = h.workspaces.get(stream)
         if ws is None:

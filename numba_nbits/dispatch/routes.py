@@ -7,8 +7,8 @@ GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") �
 cuBLAS, chunked along N or whole.
 
 One route is ours, not the spec's: ``fused_gemm`` (``kernels/gemv/small_gemm.py``), between the GEMVs and
-dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 256:
-``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the dequantize + cuBLAS it replaces
+dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 256, 8-bit to
+M = 128: ``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the dequantize + cuBLAS it replaces
 there on the H200. ``numba_nbits.fused_gemm`` /
 ``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. Each guard is a pure predicate over ``(Problem, Config)`` with the
 text that explains it; ``select.py`` walks this table, the README's route table and
@@ -163,7 +163,30 @@ def _fused_gemm_m(p: Problem, c: Config) -> bool:
 
 fused_gemm_m = G("fused_gemm_m", f"M <= {FUSED_GEMM_MAX_M}, or M <= {FUSED_GEMM_WIDE_MAX_M} where the warpgroup "
                  "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, 4-bit block 128, "
-                 "N >= 12288; M <= 128 on 8192..12287 rows, M <= 96 on 4096..8191 rows with K >= 12288)", _fused_gemm_m)
+                 "N >= 12288; M <= 128 on 8192..12287 rows, M <= 96 on 4096..8191 rows with K >= 12288; "
+                 "8-bit block 128: M <= 128 on N >= 24576)", _fused_gemm_m)
+
+# ------------------------------------------- overlapped dequantize + cuBLAS (ours, not ORT's chain)
+dequant_overlap_enabled = G("dequant_overlap_enabled",
+                            "numba_nbits.dequant_overlap / NUMBA_NBITS_DEQUANT_OVERLAP on (default)",
+                            lambda p, c: c.dequant_overlap)
+#: the overlapped route's size rule (``kernels.dequant_overlap``): M past the fused kernels, N of two chunks or more,
+#: and an output of at least ``OVERLAP_MIN_MN`` elements, so each of the four chunk GEMMs still has ~128 or more
+#: 128x128 tiles. Fitted to ``benchmarks/results/2026-12-05-h100-callB`` (H100, 5 shapes, M = 256 / 1024 / 4096):
+#: where M * N was 2**23 or more the route beat ORT's chain by x1.10-1.16 (28672x8192, 8192x28672, 14336x4096 at
+#: M = 1024) or tied it within the run's noise (x0.96-1.08); below, it lost (x0.88-0.95: 8192x28672 and 4096x14336 at
+#: M = 256, 4096x14336 at M = 1024)
+OVERLAP_MIN_M = 65
+OVERLAP_MIN_N = 2048
+OVERLAP_MIN_MN = 1 << 23
+
+
+def _overlap_size(p: Problem, c: Config) -> bool:
+    return p.M >= OVERLAP_MIN_M and p.N >= OVERLAP_MIN_N and p.M * p.N >= OVERLAP_MIN_MN
+
+
+overlap_size = G("overlap_size", f"M >= {OVERLAP_MIN_M}, N >= {OVERLAP_MIN_N} and M * N >= 2**23 (each of the "
+                 "chunk GEMMs fills the GPU)", _overlap_size)
 
 # ------------------------------------------------------------------- fpA_intB (spec §7.2, full build)
 fpa_dtype = G("fpa_dtype", "dtype is float16 or bfloat16 (fp32 never)", lambda p, c: p.dtype in ("float16", "bfloat16"))
@@ -197,8 +220,8 @@ fpa_kernel = G("fpa_kernel_available", "kernel available: kernels.mixed_gemm.sup
 
 FPA_INTB_GUARDS = (fpa_dtype, fpa_enabled, block_in({32, 64, 128}), bits_4_or_8, no_g_idx, fpa_n_align, k_mult_block,
                    sm_75, fpa_sm90_layout, fpa_kernel)
-#: guards a forced route skips: forcing fpa_intb is its enable switch; forcing chunked needs no size rule
-FORCE_SKIPS = frozenset({"fpa_enabled", "chunk_rule"})
+#: guards a forced route skips: forcing fpa_intb is its enable switch; forcing chunked or overlapped needs no size rule
+FORCE_SKIPS = frozenset({"fpa_enabled", "chunk_rule", "overlap_size"})
 
 # -------------------------------------------------------------------------------------- table
 ROUTES: tuple = (
@@ -219,7 +242,10 @@ ROUTES: tuple = (
     Route("fused_gemm", "fused_gemm", FUSED + (fused_gemm_enabled, tensor_core_dtype, bits_2_4_8, m_positive,
                                                fused_gemm_m, block_in({16, 32, 64, 128})),
           "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs, M <= 256 on wide 4-bit block-128 "
-                 "weights on sm_90 (ours, not ORT's chain; NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
+                 "weights (8-bit: M <= 128) on sm_90 (ours, not ORT's chain; NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
+    Route("dequant_overlap", "dequant_overlap", (fused_gemm_enabled, dequant_overlap_enabled, overlap_size),
+          "add", "dequantize N-chunks on a side stream while cuBLAS multiplies the previous chunk (ours, not ORT's "
+                 "chain; NUMBA_NBITS_DEQUANT_OVERLAP=0 or NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
     Route("dequant_cublas_chunked", "dequant", (no_g_idx, chunk_rule),
           "add", "dequantize N-chunks into scratch + cuBLAS GEMM per chunk (spec §6)"),
     Route("dequant_cublas", "dequant", (always,),

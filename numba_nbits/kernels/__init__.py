@@ -16,6 +16,7 @@ FAMILY_MODULES = {
     "gemv_w2": ".gemv.w2",
     "fused_gemm": ".gemv.small_gemm",
     "dequant": ".dequant",
+    "dequant_overlap": ".dequant_overlap",
 }
 
 

@@ -234,31 +234,37 @@ class DequantGemmPlan(Plan):
     one per node and thread (``NodeScratch``), and the GEMM step runs in NumPy (``cublas.gemm_host``).
     """
 
-    def __init__(self, w, problem, config, route: str, chunked: bool):
+    def __init__(self, w, problem, config, route: str, chunked: bool, rows: int | None = None, buffers: int = 1):
         self.route = route
         self.w = w
         self.M = problem.M
         self.use_tf32 = bool(config.use_tf32)
         self.options = int(config.cuda_gemm_options)
-        rows = w.N
-        if chunked:  # ORT's chunk rows, additionally capped so the scratch stays within the scratch limit
-            per_row = w.K_padded * w.np_dtype.itemsize
-            rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
+        if rows is None:
+            rows = w.N
+            if chunked:  # ORT's chunk rows, additionally capped so the scratch stays within the scratch limit
+                per_row = w.K_padded * w.np_dtype.itemsize
+                rows = max(1, min(config.chunk_size, w.N, config.scratch_limit_bytes // per_row))
         self.rows = rows
-        self.scratch_nbytes = rows * w.K_padded * w.np_dtype.itemsize
+        #: chunk buffers of the scratch (``rows x K_padded`` each): 1, or 2 for the overlapped form
+        #: (``kernels.dequant_overlap``), which writes one while the GEMM reads the other
+        self.buffers = buffers
+        self.chunk_nbytes = rows * w.K_padded * w.np_dtype.itemsize
+        self.scratch_nbytes = buffers * self.chunk_nbytes
         self._tls = threading.local()
         self._vec = w.g_idx is None  # the vector kernels write the scratch as uint32 words
         self._out_arg = 3 if w.packed_only else 5  # the scratch's argument slot in the dequantize kernel
         self._pool = self._node = None
         if w.simulated:  # host memory, one per node and thread (no streams to order a shared one)
-            self._node = w.derived(f"dequant_scratch_{rows}", lambda: NodeScratch(rows * w.K_padded, w.np_dtype))
+            self._node = w.derived(f"dequant_scratch_{rows}x{buffers}",
+                                   lambda: NodeScratch(buffers * rows * w.K_padded, w.np_dtype))
             base = self.scratch = self._node.get()
         else:  # borrowed per call (``enqueue``); the launches are bound to a null pointer of the chunk's layout
             from ..scratch import pool_for
 
             self._pool = pool_for(w.device_id)
             self.scratch = None
-            base = DevArray(0, (rows * w.K_padded,), (w.np_dtype.itemsize,), w.np_dtype, None)
+            base = DevArray(0, (buffers * rows * w.K_padded,), (w.np_dtype.itemsize,), w.np_dtype, None)
         gidx = w.g_idx if w.g_idx is not None else w.dummy(np.int32)
         self.chunks = []
         self._likes = []  # per chunk, the layout of the scratch view its dequantize writes
@@ -284,13 +290,14 @@ class DequantGemmPlan(Plan):
             self.handle = cublas.handle_for(w.device_id)
 
     def _parts(self, stream: int):
-        """Simulator: this thread's scratch and, per chunk, the view of it the dequant kernel writes (built once)."""
+        """Simulator: this thread's scratch and, per chunk, the view of it the dequant kernel writes (built once):
+        chunk ``i`` in buffer ``i % buffers``."""
         p = getattr(self._tls, "parts", None)
         if p is None:
             scratch = self._node.get()
             views = []
-            for _, n, _ in self.chunks:
-                part = scratch.offset(0, (n * self.w.K_padded,))
+            for i, (_, n, _) in enumerate(self.chunks):
+                part = scratch.offset((i % self.buffers) * self.chunk_nbytes, (n * self.w.K_padded,))
                 views.append(part.view(np.uint32) if self._vec else part)
             p = self._tls.parts = (scratch, views)
         return p
@@ -311,7 +318,7 @@ class DequantGemmPlan(Plan):
                 launch.launch(stream)
                 from ..dispatch.cublas import gemm_host
 
-                sc = scratch.host_view()[: n * w.K_padded].reshape(n, w.K_padded)
+                sc = part.view(w.np_dtype).host_view().reshape(n, w.K_padded)
                 gemm_host(a.host_view(), sc, w.K, out.host_view()[:, n0:n0 + n])
             return
         from ..dispatch.cublas import gemm
