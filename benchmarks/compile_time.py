@@ -12,14 +12,16 @@ GPU is needed (without one, numba's current-device query is answered with ``--cc
 cubin is linked by nvJitLink). The first compilation of a process also pays numba's one-time set-up, so
 a small warm-up kernel is compiled (and not reported) first. Kernels compile as the library compiles them,
 with ``numba_nbits.lowering_fix`` installed and call typing remembered within each compile
-(``numba_nbits.typing_memo``); ``--stock-lowering`` measures numba-cuda's lowering as shipped, ``--no-typing-memo``
-numba's call typing as shipped. ``--tactics TAG:MT ...`` adds tensor-core kernels of the given tactics and m-tiles
-(e.g. the fused GEMM's ``t1w8u1s3xhv:16``) for the first shape's K.
+(``numba_nbits.typing_memo``) and numba-cuda's dataflow passes replaced (``numba_nbits.dataflow_fix``);
+``--stock-lowering`` measures numba-cuda's lowering as shipped, ``--no-typing-memo`` numba's call typing as shipped,
+``--stock-dataflow`` numba-cuda's use/def, liveness and SSA passes as shipped. ``--tactics TAG:MT ...`` adds
+tensor-core kernels of the given tactics and m-tiles (e.g. the fused GEMM's ``t1w8u1s3xhv:16``) for the first shape's
+K.
 
 Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
-kernel with its generated-source lines, ``gen_s`` (generating and loading the Python source), ``frontend_s`` (typing, rewrites, SSA, lowering to LLVM
-IR), ``nvvm_s``, ``link_s``, ``total_s`` and the five costliest front-end passes; prints a table and the
-front end's share of the total.
+kernel with its generated-source lines, ``gen_s`` (generating and loading the Python source), ``frontend_s``
+(typing, rewrites, SSA, lowering to LLVM IR), ``nvvm_s``, ``link_s``, ``total_s`` and the five costliest front-end
+passes; prints a table and the front end's share of the total.
 """
 from __future__ import annotations
 
@@ -93,20 +95,20 @@ def _lines(fn) -> int | str:
         return ""
 
 
-def stages(kernel, cc: tuple, memo: bool = False) -> dict:
+def stages(kernel, cc: tuple, memo: bool = False, dataflow: bool = False) -> dict:
     """Compile ``kernel`` from scratch: seconds per stage and the costliest front-end passes (``memo``: inside
-    ``typing_memo.active()``, as ``backend`` compiles)."""
+    ``typing_memo.active()``, ``dataflow``: inside ``dataflow_fix.active()``, as ``backend`` compiles)."""
     from contextlib import nullcontext
 
     from numba.cuda import types
-
-    from numba_nbits import typing_memo
     from numba.cuda.compiler import compile_cuda, kernel_fixup
     from numba.cuda.cudadrv import nvvm
 
+    from numba_nbits import dataflow_fix, typing_memo
+
     cc3 = (cc[0], cc[1], "a" if cc >= (9, 0) else "")
     t0 = time.perf_counter()
-    with typing_memo.active() if memo else nullcontext():
+    with typing_memo.active() if memo else nullcontext(), dataflow_fix.active() if dataflow else nullcontext():
         cres = compile_cuda(kernel.pyfunc, types.void, kernel.argtypes, debug=False, lineinfo=False, fastmath=False,
                             nvvm_options={"fastmath": False, "opt": 3}, cc=cc3)
     lib = cres.library
@@ -142,6 +144,8 @@ def main(argv=None) -> int:
                     help="compile with numba-cuda's lowering as shipped (without numba_nbits.lowering_fix)")
     ap.add_argument("--no-typing-memo", action="store_true",
                     help="resolve every call's typing as numba does (without numba_nbits.typing_memo)")
+    ap.add_argument("--stock-dataflow", action="store_true",
+                    help="numba-cuda's use/def, liveness and SSA passes as shipped (without numba_nbits.dataflow_fix)")
     ap.add_argument("--tactics", nargs="*", default=[], metavar="TAG:MT",
                     help="also compile these tensor-core tactics at these m-tiles (K of the first shape)")
     args = ap.parse_args(argv)
@@ -154,17 +158,19 @@ def main(argv=None) -> int:
         raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)") from None
     os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
     _answer_device_queries_with(cc)
-    from numba_nbits import lowering_fix, typing_memo
+    from numba_nbits import dataflow_fix, lowering_fix, typing_memo
 
     if not args.stock_lowering:
         lowering_fix.install()
     memo = not args.no_typing_memo and typing_memo.install()
+    dataflow = not args.stock_dataflow and dataflow_fix.install()
     print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}; call typing: "
-          f"{typing_memo.status() if memo else 'as shipped'}")
+          f"{typing_memo.status() if memo else 'as shipped'}; dataflow: "
+          f"{dataflow_fix.status() if dataflow else 'as shipped'}")
 
     from numba_nbits.kernels.bias import bias_add_kernel
 
-    stages(bias_add_kernel("float32"), cc, memo)  # numba's one-time set-up, not reported
+    stages(bias_add_kernel("float32"), cc, memo, dataflow)  # numba's one-time set-up, not reported
     todo = kernel_set(shapes, args.bits, args.block, args.dtype, _parse_M(args.M))
     if args.tactics:
         from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, k_full
@@ -181,7 +187,7 @@ def main(argv=None) -> int:
     rows = []
     for kernel, lines, gen_s in todo:
         r = {"kernel": kernel.name, "lines": lines, "gen_s": round(gen_s, 4)}
-        r.update(stages(kernel, cc, memo))
+        r.update(stages(kernel, cc, memo, dataflow))
         for k in ("frontend_s", "nvvm_s", "link_s", "total_s"):
             r[k] = round(r[k], 3)
         rows.append(r)

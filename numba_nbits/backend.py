@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from . import lowering_fix, typing_memo
+from . import dataflow_fix, lowering_fix, typing_memo
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -251,7 +251,8 @@ def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options
     if compiler() == "numba" and not simulated():
         lowering_fix.install()
         typing_memo.install()
-        with typing_memo.active():
+        dataflow_fix.install()
+        with typing_memo.active(), dataflow_fix.active():
             ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
         return ptx
     ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
@@ -272,7 +273,8 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
     check_numba_numpy()
     lowering_fix.install()
     typing_memo.install()
-    with typing_memo.active():  # the signature given: numba-cuda compiles here
+    dataflow_fix.install()
+    with typing_memo.active(), dataflow_fix.active():  # the signature given: numba-cuda compiles here
         disp = c.jit(sig, **options)(pyfunc)
         return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 

@@ -1,0 +1,310 @@
+"""numba-cuda's variable dataflow (use/def sets, liveness, SSA reconstruction) in fewer passes, same results.
+
+numba's front end recomputes variable lifetimes after most of its passes (``PostProcessor.run``: use/def sets
+per block, then the variables live at each block's entry) and rebuilds SSA form once per variable assigned more
+than once. numba-cuda 0.30 does each in a way that is cheap on ordinary functions and slow on the generated kernels
+(long unrolled blocks, thousands of variables):
+
+* ``analysis.compute_live_map`` runs two fix-point loops that sweep every block until a whole sweep changes
+  nothing; the liveness sweep runs in block order while liveness flows backwards, so it takes as many sweeps as
+  the CFG is deep, each one set operations over thousands of names;
+* ``analysis.compute_use_defs`` lists each statement's variables through ``ir_utils.visit_vars_stmt``, which
+  rebuilds every list and tuple of the statement as it goes;
+* ``ssa._run_ssa`` rewrites every statement of the function once per such variable (about 70 in the warpgroup
+  GEMM), calling its handler on statements that do not mention the variable and return unchanged.
+
+Inside ``active()`` (entered by ``backend`` around numba-cuda's compiles of our kernels) ``install()``'s
+replacements compute the same results with worklists (each block revisited only when an input of its equation
+changed), a read-only collection of variable names, and SSA rewrites that hand the handler only the statements
+that mention the variable (the rest kept as they are, as the handler keeps them). Outside ``active()``, e.g. for a
+user's own kernels, numba's functions run as shipped. Both fix points are least fixed points of monotone equations,
+so any order reaches the same sets; the LLVM IR of real kernels is byte-identical with and without the replacements
+(``tests/test_dataflow_fix.py``, which also compares the maps themselves). Only the exact numba-cuda functions this
+module was written against are replaced (their source hashes); any other version is left as it is, and
+numba-cuda-mlir and the simulator do not compile through them. Measured on the development machine:
+``benchmarks/results/2026-12-05-cpu-dataflow``.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import threading
+from collections import deque
+from contextlib import contextmanager
+
+#: sha256 of ``inspect.getsource`` of each numba-cuda function replaced or relied on, numba-cuda 0.30.4
+KNOWN_SOURCE_SHA256 = {
+    "analysis.compute_use_defs": "505fab203956ac84a8f67bd9df3e711d2cbaaafa2b9fc3f38479090ea97fd647",
+    "analysis.compute_live_map": "cdb51290c1658e9296610f99cb7c5bd51fbc2610822b3cedab72c4d86b4fc7c2",
+    "ir_utils.visit_vars_stmt": "68807f5450ee3888a45f660e2ceb482ef3cb3fbb6a94a20ae46f5e5d846cfff8",
+    "ir_utils.visit_vars_inner": "8f91667d0820b43cd21d6a048bbfad6a5084e260b9075beb09dfacd85025d2d3",
+    "ir.Inst._rec_list_vars": "043539bffabcfcb18b6d7bcf6e24562f35064a66eb9b60a4d43ccc507e4c43fb",
+    "ir.Expr.list_vars": "a32a9eae072e425ae456174e90890441b2136fb9127e70ef6680e9ab7fbddefa",
+    "ssa._run_ssa": "aa09fda773d906df5bb0a2b1b896394610af9399556779e50f93650696a2443c",
+    "ssa._run_block_rewrite": "66a25c0bc90d6ed188fa1f0ec24b7c504911cfdd4be1f2bc1b26a3c5f8e73eb7",
+    "ssa._run_ssa_block_pass": "3b7500b76333165d559f2ae47fc3fd859bd158c594fb5a4b05dcca2423df82e6",
+    "ssa._FreshVarHandler": "8936fb396899a993d9383c11229e817ab0c4fa55fafb29d0dde00b28ff411412",
+    "ssa._FixSSAVars": "7eafd3bc0af42aafb26a43a538484965848be0c60b5ebdd771e30196be4014e0",
+}
+
+#: modules that import ``compute_use_defs`` / ``compute_live_map`` by name (their globals are rebound too)
+_IMPORTERS = ("lowering", "core.untyped_passes", "core.transforms", "core.inline_closurecall", "core.ir_utils")
+
+_LOCK = threading.Lock()
+_TLS = threading.local()
+_state = {"done": False, "installed": False, "reason": "not tried"}
+_ORIGINAL: dict = {}
+
+
+@contextmanager
+def active():
+    """Use the replacements in this thread for the block (numba's functions elsewhere)."""
+    saved = getattr(_TLS, "on", False)
+    _TLS.on = True
+    try:
+        yield
+    finally:
+        _TLS.on = saved
+
+
+def _on() -> bool:
+    return getattr(_TLS, "on", False)
+
+
+def _visit_names(node, out: set, ir) -> None:
+    """The names ``ir_utils.visit_vars_inner(node, ...)`` hands its callback, without rebuilding ``node``."""
+    if isinstance(node, ir.var_types):
+        out.add(node.name)
+    elif isinstance(node, (list, tuple)):
+        for n in node:
+            _visit_names(n, out, ir)
+    elif isinstance(node, ir.expr_types):
+        for v in node._kws.values():
+            _visit_names(v, out, ir)
+    elif isinstance(node, ir.yield_types):
+        _visit_names(node.value, out, ir)
+
+
+def _rec_names(val, out: set, ir) -> None:
+    """The names of ``ir.Inst._rec_list_vars(val)`` (numba-cuda's own ``Expr`` walked here, other nodes asked)."""
+    if isinstance(val, ir.var_types):
+        out.add(val.name)
+    elif type(val) is ir.Expr:
+        _rec_names(val._kws, out, ir)
+    elif isinstance(val, ir.inst_types):
+        out.update(v.name for v in val.list_vars())
+    elif isinstance(val, (list, tuple)):
+        for v in val:
+            _rec_names(v, out, ir)
+    elif isinstance(val, dict):
+        for v in val.values():
+            _rec_names(v, out, ir)
+
+
+def compute_use_defs(blocks):
+    """``analysis.compute_use_defs``: the same use and def sets per block. Assignments (nearly every statement) have
+    their names collected read-only; other statements go through numba's ``compat_list_vars_stmt`` as before."""
+    from numba.cuda.core import analysis, ir, ir_utils
+
+    if not _on() or ir_utils.visit_vars_extensions:
+        return _ORIGINAL["compute_use_defs"](blocks)
+    ext = analysis.ir_extension_usedefs
+    plain = ir.arg_types + ir.const_types + ir.global_types + ir.freevar_types
+    var_use_map, var_def_map = {}, {}
+    for offset, ir_block in blocks.items():
+        var_use_map[offset] = use_set = set()
+        var_def_map[offset] = def_set = set()
+        for stmt in ir_block.body:
+            if type(stmt) in ext:
+                ext[type(stmt)](stmt, use_set, def_set)
+                continue
+            if isinstance(stmt, ir.assign_types):
+                value = stmt.value
+                if type(value) is ir.Expr:
+                    rhs = set()
+                    _rec_names(value._kws, rhs, ir)
+                elif isinstance(value, ir.inst_types):
+                    rhs = {v.name for v in value.list_vars()}
+                elif isinstance(value, ir.var_types):
+                    rhs = {value.name}
+                elif isinstance(value, plain):
+                    rhs = ()
+                else:
+                    raise AssertionError("unreachable", type(value))
+                if stmt.target.name not in rhs:
+                    def_set.add(stmt.target.name)
+                names: set = set()
+                _visit_names(stmt.target, names, ir)
+                _visit_names(value, names, ir)
+                if not names:  # as compat_list_vars_stmt: nothing visited, the statement's own list
+                    names = {v.name for v in stmt.list_vars()}
+            else:
+                names = {v.name for v in ir_utils.compat_list_vars_stmt(stmt)}
+            for name in names:
+                if name not in def_set:
+                    use_set.add(name)
+    return analysis._use_defs_result(usemap=var_use_map, defmap=var_def_map)
+
+
+def compute_live_map(cfg, blocks, var_use_map, var_def_map):
+    """``analysis.compute_live_map``: the variables live at each block's entry, as the least fixed points of the same
+    two equations (definitions reaching a block: its own uses and defs and all its predecessors'; live at entry: its
+    uses and, of each successor's live set, what reaches the block and it does not define), solved with worklists."""
+    if not _on():
+        return _ORIGINAL["compute_live_map"](cfg, blocks, var_use_map, var_def_map)
+    reach: dict = {}
+    for b in var_def_map:
+        reach[b] = var_def_map[b] | var_use_map[b]
+    work = deque(var_def_map)
+    queued = set(work)
+    while work:
+        b = work.popleft()
+        queued.discard(b)
+        cur = reach[b]
+        for s, _ in cfg.successors(b):
+            t = reach.setdefault(s, set())
+            n = len(t)
+            t |= cur
+            if len(t) != n and s not in queued and s in var_def_map:
+                work.append(s)
+                queued.add(s)
+    live = {b: set(var_use_map[b]) for b in blocks}
+    work = deque(reversed(live))
+    queued = set(work)
+    empty: set = set()
+    while work:
+        b = work.popleft()
+        queued.discard(b)
+        cur = live[b]
+        for p, _ in cfg.predecessors(b):
+            t = live[p]
+            n = len(t)
+            t |= (cur & reach.get(p, empty)) - var_def_map[p]
+            if len(t) != n and p not in queued:
+                work.append(p)
+                queued.add(p)
+    return live
+
+
+def _stmt_names(stmt, cache: dict, ir) -> set:
+    """Every name a statement mentions (an assignment: its target and what the SSA handlers list of its value)."""
+    got = cache.get(id(stmt))
+    if got is not None and got[0] is stmt:
+        return got[1]
+    if isinstance(stmt, ir.assign_types):
+        v = stmt.value
+        if isinstance(v, ir.inst_types):
+            names = {x.name for x in v.list_vars()}
+        elif isinstance(v, ir.var_types):
+            names = {v.name}
+        else:
+            names = set()
+        names.add(stmt.target.name)
+    else:
+        names = {x.name for x in stmt.list_vars()}
+    cache[id(stmt)] = (stmt, names)  # the statement kept alive with its id
+    return names
+
+
+def _run_ssa(blocks):
+    """``ssa._run_ssa`` with a cache of each statement's names for the rewrites below."""
+    if not _on():
+        return _ORIGINAL["_run_ssa"](blocks)
+    saved = getattr(_TLS, "ssa_names", None)
+    _TLS.ssa_names = {}
+    try:
+        return _ORIGINAL["_run_ssa"](blocks)
+    finally:
+        _TLS.ssa_names = saved
+
+
+def _run_block_rewrite(blocks, states, handler):
+    """``ssa._run_block_rewrite``: the handler sees only the statements that mention ``states["varname"]`` (both
+    SSA handlers return any other statement unchanged); new blocks with the same statement objects otherwise."""
+    from numba.cuda.core import ir, ssa
+
+    cache = getattr(_TLS, "ssa_names", None)
+    if cache is None or not _on() or ssa._logger.isEnabledFor(logging.DEBUG):
+        return _ORIGINAL["_run_block_rewrite"](blocks, states, handler)
+    varname = states["varname"]
+    newblocks = {}
+    for label, blk in blocks.items():
+        newblk = ir.Block(scope=blk.scope, loc=blk.loc)
+        states["label"] = label
+        states["block"] = blk
+        newbody = []
+        for stmt in blk.body:
+            if varname in _stmt_names(stmt, cache, ir):
+                if isinstance(stmt, ir.assign_types):
+                    stmt = handler.on_assign(states, stmt)
+                else:
+                    stmt = handler.on_other(states, stmt)
+                assert stmt is not None
+            newbody.append(stmt)
+        newblk.body = newbody
+        newblocks[label] = newblk
+    return newblocks
+
+
+def _source_sha256(obj) -> str | None:
+    try:
+        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def _targets():
+    """(key, module, attribute) of each function checked, and whether it is replaced."""
+    from numba.cuda.core import analysis, ir, ir_utils, ssa
+
+    return [("analysis.compute_use_defs", analysis, "compute_use_defs", compute_use_defs),
+            ("analysis.compute_live_map", analysis, "compute_live_map", compute_live_map),
+            ("ir_utils.visit_vars_stmt", ir_utils, "visit_vars_stmt", None),
+            ("ir_utils.visit_vars_inner", ir_utils, "visit_vars_inner", None),
+            ("ir.Inst._rec_list_vars", ir.Inst, "_rec_list_vars", None),
+            ("ir.Expr.list_vars", ir.Expr, "list_vars", None),
+            ("ssa._run_ssa", ssa, "_run_ssa", _run_ssa),
+            ("ssa._run_block_rewrite", ssa, "_run_block_rewrite", _run_block_rewrite),
+            ("ssa._run_ssa_block_pass", ssa, "_run_ssa_block_pass", None),
+            ("ssa._FreshVarHandler", ssa, "_FreshVarHandler", None),
+            ("ssa._FixSSAVars", ssa, "_FixSSAVars", None)]
+
+
+def install() -> bool:
+    """Put the replacements in place if every function is the one this module was written against; True when they
+    are. Idempotent and thread-safe; ``status()`` says why not."""
+    with _LOCK:
+        if _state["done"]:
+            return _state["installed"]
+        _state["done"] = True
+        try:
+            import importlib
+
+            from numba_cuda import __version__ as version
+
+            targets = _targets()
+        except ImportError as e:
+            _state["reason"] = f"numba-cuda not importable: {e}"
+            return False
+        for key, module, attr, _ in targets:
+            if _source_sha256(getattr(module, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
+                _state["reason"] = f"numba-cuda {version}: {key} is not the known one"
+                return False
+        for key, module, attr, new in targets:
+            if new is not None:
+                _ORIGINAL[attr] = getattr(module, attr)
+                setattr(module, attr, new)
+        for name in _IMPORTERS:
+            module = importlib.import_module(f"numba.cuda.{name}")
+            for attr in ("compute_use_defs", "compute_live_map"):
+                if getattr(module, attr, None) is _ORIGINAL[attr]:
+                    setattr(module, attr, globals()[attr])
+        _state["installed"] = True
+        _state["reason"] = f"installed on numba-cuda {version}"
+        return True
+
+
+def status() -> str:
+    """Whether ``install`` put the replacements in place, and why (not)."""
+    return _state["reason"]

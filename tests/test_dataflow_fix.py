@@ -1,0 +1,113 @@
+"""numba_nbits.dataflow_fix: inside ``active()`` numba-cuda's use/def sets and live maps come out equal to numba's own,
+and the LLVM IR of real kernels (the warpgroup GEMM, a tensor-core GEMV, a dequantize kernel) is byte-identical with
+and without the replacements; outside ``active()`` numba's functions run; an unknown function is left alone.
+
+As in ``test_typing_memo``: numba-cuda's compiler runs in a process of its own (``NUMBA_ENABLE_CUDASIM=0``; without a
+GPU the current-device query is answered with compute capability 9.0); only LLVM IR is produced.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_SAME_IR = r'''
+import re, sys
+try:
+    import numba.cuda.dispatcher as dispatcher
+except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
+    print(f"SKIP numba-cuda does not import here: {type(e).__name__}: {e}"); sys.exit(0)
+from numba_nbits.backend import numba_can_compile
+if not numba_can_compile():
+    import numpy
+    print(f"SKIP numba-cuda does not compile with numpy {numpy.__version__} here"); sys.exit(0)
+from numba import cuda
+if not cuda.is_available():
+    class _Device:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Device()
+from numba.cuda import types
+from numba.cuda.compiler import compile_cuda
+from numba.cuda.core import analysis, ssa
+from numba_nbits import dataflow_fix, lowering_fix, typing_memo
+from numba_nbits.kernels.dequant import dequant_kernel
+from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
+
+lowering_fix.install()
+typing_memo.install()
+
+
+def ir(k):
+    with typing_memo.active():
+        cres = compile_cuda(k.pyfunc, types.void, k.argtypes, debug=False, lineinfo=False, fastmath=False,
+                            nvvm_options={"opt": 3}, cc=(9, 0, "a"))
+    text = re.sub(r"_Z[A-Za-z0-9_$]+", "SYM", cres.library.get_llvm_str())
+    return re.sub(r"(_cudapy_smem_|\$)[0-9]+", r"\1N", text)  # per-compilation counters
+
+
+stock_fns = (analysis.compute_use_defs, analysis.compute_live_map, ssa._run_ssa, ssa._run_block_rewrite)
+kernels = [gemv_mma_kernel("float16", 8, Tactic.parse("t1w8u1xhvm"), 128, "none", 4, False, True),
+           gemv_mma_kernel("bfloat16", 2, default_tactic(4096, 4096, 128, 9, 4), 64, "packed", 4, False, True),
+           dequant_kernel(4, "bfloat16", "typed", True)]
+known = dict(dataflow_fix.KNOWN_SOURCE_SHA256)
+dataflow_fix.KNOWN_SOURCE_SHA256["ssa._FixSSAVars"] = "0" * 64  # as if numba-cuda had changed one of them
+assert dataflow_fix.install() is False, dataflow_fix.status()
+assert "ssa._FixSSAVars is not the known one" in dataflow_fix.status(), dataflow_fix.status()
+assert (analysis.compute_use_defs, analysis.compute_live_map, ssa._run_ssa, ssa._run_block_rewrite) == stock_fns
+stock = [ir(k) for k in kernels]
+dataflow_fix.KNOWN_SOURCE_SHA256.update(known)
+dataflow_fix._state["done"] = False
+assert dataflow_fix.install() is True, dataflow_fix.status()
+assert analysis.compute_live_map is dataflow_fix.compute_live_map and ssa._run_ssa is dataflow_fix._run_ssa
+outside = ir(kernels[2])  # installed, not active: numba's functions
+
+# every use/def and live map computed inside active() compared with numba's own on the same blocks
+calls = {"use_defs": 0, "live_map": 0}
+
+
+def checked_use_defs(blocks):
+    got = dataflow_fix.compute_use_defs(blocks)
+    if dataflow_fix._on():
+        want = dataflow_fix._ORIGINAL["compute_use_defs"](blocks)
+        assert got.usemap == want.usemap and got.defmap == want.defmap, "use/def sets differ"
+        calls["use_defs"] += 1
+    return got
+
+
+def checked_live_map(cfg, blocks, usemap, defmap):
+    got = dataflow_fix.compute_live_map(cfg, blocks, usemap, defmap)
+    if dataflow_fix._on():
+        assert got == dataflow_fix._ORIGINAL["compute_live_map"](cfg, blocks, usemap, defmap), "live maps differ"
+        calls["live_map"] += 1
+    return got
+
+
+analysis.compute_use_defs, analysis.compute_live_map = checked_use_defs, checked_live_map
+fixed = []
+for k in kernels:
+    with dataflow_fix.active():
+        fixed.append(ir(k))
+assert not dataflow_fix._on()
+assert outside == stock[2], "outside active(): the LLVM IR differs"
+for k, a, b in zip(kernels, stock, fixed):
+    assert a == b, f"{k.name}: the LLVM IR differs"
+    assert "define" in a and len(a) > 10000, k.name
+assert calls["use_defs"] >= 20 and calls["live_map"] >= 20, calls
+print("same IR:", [k.name for k in kernels], "maps compared:", calls)
+'''
+
+
+def test_same_maps_and_llvm_ir_with_the_dataflow_replacements():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", _SAME_IR], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    if r.stdout.startswith("SKIP "):
+        pytest.skip(r.stdout[5:].strip())
+    assert "same IR: ['gemv_mma_w4_float16_mt8_t1w8u1xhvm_b128_none_kf', " in r.stdout, r.stdout
