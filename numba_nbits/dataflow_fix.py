@@ -1,26 +1,28 @@
 """numba-cuda's variable dataflow (use/def sets, liveness, SSA reconstruction) in fewer passes, same results.
 
-numba's front end recomputes variable lifetimes after most of its passes (``PostProcessor.run``: use/def sets
-per block, then the variables live at each block's entry) and rebuilds SSA form once per variable assigned more
-than once. numba-cuda 0.30 does each in a way that is cheap on ordinary functions and slow on the generated kernels
-(long unrolled blocks, thousands of variables):
+numba's front end recomputes variable lifetimes after most of its passes (``PostProcessor.run``: use/def sets per
+block, then the variables live at each block's entry), rebuilds SSA form once per variable assigned more than once,
+and makes sure each block's scope defines every variable. numba-cuda 0.30 does each in a way that is cheap on ordinary
+functions and slow on the generated kernels (long unrolled blocks, thousands of variables):
 
-* ``analysis.compute_live_map`` runs two fix-point loops that sweep every block until a whole sweep changes
-  nothing; the liveness sweep runs in block order while liveness flows backwards, so it takes as many sweeps as
-  the CFG is deep, each one set operations over thousands of names;
-* ``analysis.compute_use_defs`` lists each statement's variables through ``ir_utils.visit_vars_stmt``, which
-  rebuilds every list and tuple of the statement as it goes;
-* ``ssa._run_ssa`` rewrites every statement of the function once per such variable (about 70 in the warpgroup
-  GEMM), calling its handler on statements that do not mention the variable and return unchanged.
+* ``analysis.compute_live_map`` runs two fix-point loops that sweep every block until a whole sweep changes nothing;
+  the liveness sweep runs in block order while liveness flows backwards, so it takes as many sweeps as the CFG is
+  deep, each one set operations over thousands of names;
+* ``analysis.compute_use_defs`` lists each statement's variables through ``ir_utils.visit_vars_stmt``, which rebuilds
+  every list and tuple of the statement as it goes;
+* ``ssa._run_ssa`` rewrites every statement of the function once per such variable (about 70 in the warpgroup GEMM),
+  calling its handler on statements that do not mention the variable and return unchanged;
+* ``ir_utils.fixup_var_define_in_scope`` checks every variable of the function against the scope of every block, one
+  scope shared by hundreds of blocks.
 
-Inside ``active()`` (entered by ``backend`` around numba-cuda's compiles of our kernels) ``install()``'s
-replacements compute the same results with worklists (each block revisited only when an input of its equation
-changed), a read-only collection of variable names, and SSA rewrites that hand the handler only the statements
-that mention the variable (the rest kept as they are, as the handler keeps them). Outside ``active()``, e.g. for a
-user's own kernels, numba's functions run as shipped. Both fix points are least fixed points of monotone equations,
-so any order reaches the same sets; the LLVM IR of real kernels is byte-identical with and without the replacements
-(``tests/test_dataflow_fix.py``, which also compares the maps themselves). Only the exact numba-cuda functions this
-module was written against are replaced (their source hashes); any other version is left as it is, and
+Inside ``active()`` (entered by ``backend`` around numba-cuda's compiles of our kernels) ``install()``'s replacements
+compute the same results with worklists (each block revisited only when an input of its equation changed), a read-only
+collection of variable names, and SSA rewrites that hand the handler only the statements that mention the variable
+(the rest kept as they are, as the handler keeps them), and each distinct scope filled once. Outside ``active()``,
+e.g. for a user's own kernels, numba's functions run as shipped. Both fix points are least fixed points of monotone
+equations, so any order reaches the same sets; the LLVM IR of real kernels is byte-identical with and without the
+replacements (``tests/test_dataflow_fix.py``, which also compares the maps themselves). Only the exact numba-cuda
+functions this module was written against are replaced (their source hashes); any other version is left as it is, and
 numba-cuda-mlir and the simulator do not compile through them. Measured on the development machine:
 ``benchmarks/results/2026-12-05-cpu-dataflow``.
 """
@@ -41,6 +43,7 @@ KNOWN_SOURCE_SHA256 = {
     "ir_utils.visit_vars_inner": "8f91667d0820b43cd21d6a048bbfad6a5084e260b9075beb09dfacd85025d2d3",
     "ir.Inst._rec_list_vars": "043539bffabcfcb18b6d7bcf6e24562f35064a66eb9b60a4d43ccc507e4c43fb",
     "ir.Expr.list_vars": "a32a9eae072e425ae456174e90890441b2136fb9127e70ef6680e9ab7fbddefa",
+    "ir_utils.fixup_var_define_in_scope": "19e4d8d64a2fb063a62c4760097e977c81f84b5782e3dadebe2b10bee844536c",
     "ssa._run_ssa": "aa09fda773d906df5bb0a2b1b896394610af9399556779e50f93650696a2443c",
     "ssa._run_block_rewrite": "66a25c0bc90d6ed188fa1f0ec24b7c504911cfdd4be1f2bc1b26a3c5f8e73eb7",
     "ssa._run_ssa_block_pass": "3b7500b76333165d559f2ae47fc3fd859bd158c594fb5a4b05dcca2423df82e6",
@@ -48,7 +51,7 @@ KNOWN_SOURCE_SHA256 = {
     "ssa._FixSSAVars": "7eafd3bc0af42aafb26a43a538484965848be0c60b5ebdd771e30196be4014e0",
 }
 
-#: modules that import ``compute_use_defs`` / ``compute_live_map`` by name (their globals are rebound too)
+#: modules that import a replaced function by name (their globals are rebound too)
 _IMPORTERS = ("lowering", "core.untyped_passes", "core.transforms", "core.inline_closurecall", "core.ir_utils")
 
 _LOCK = threading.Lock()
@@ -247,6 +250,27 @@ def _run_block_rewrite(blocks, states, handler):
     return newblocks
 
 
+def fixup_var_define_in_scope(blocks):
+    """``ir_utils.fixup_var_define_in_scope``: the same definitions, each distinct scope filled once (numba fills
+    the scope of every block, and our kernels' hundreds of blocks share one scope)."""
+    if not _on():
+        return _ORIGINAL["fixup_var_define_in_scope"](blocks)
+    used_var = {}
+    for blk in blocks.values():
+        for inst in blk.body:
+            for var in inst.list_vars():
+                used_var[var] = inst
+    seen = set()
+    for blk in blocks.values():
+        scope = blk.scope
+        if id(scope) in seen:
+            continue
+        seen.add(id(scope))
+        for var in used_var.keys():
+            if var.name not in scope.localvars:
+                scope.localvars.define(var.name, var)
+
+
 def _source_sha256(obj) -> str | None:
     try:
         return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
@@ -264,6 +288,7 @@ def _targets():
             ("ir_utils.visit_vars_inner", ir_utils, "visit_vars_inner", None),
             ("ir.Inst._rec_list_vars", ir.Inst, "_rec_list_vars", None),
             ("ir.Expr.list_vars", ir.Expr, "list_vars", None),
+            ("ir_utils.fixup_var_define_in_scope", ir_utils, "fixup_var_define_in_scope", fixup_var_define_in_scope),
             ("ssa._run_ssa", ssa, "_run_ssa", _run_ssa),
             ("ssa._run_block_rewrite", ssa, "_run_block_rewrite", _run_block_rewrite),
             ("ssa._run_ssa_block_pass", ssa, "_run_ssa_block_pass", None),
@@ -297,7 +322,7 @@ def install() -> bool:
                 setattr(module, attr, new)
         for name in _IMPORTERS:
             module = importlib.import_module(f"numba.cuda.{name}")
-            for attr in ("compute_use_defs", "compute_live_map"):
+            for attr in ("compute_use_defs", "compute_live_map", "fixup_var_define_in_scope"):
                 if getattr(module, attr, None) is _ORIGINAL[attr]:
                     setattr(module, attr, globals()[attr])
         _state["installed"] = True
