@@ -7,7 +7,8 @@ functions and slow on the generated kernels (long unrolled blocks, thousands of 
 
 * ``analysis.compute_live_map`` runs two fix-point loops that sweep every block until a whole sweep changes nothing;
   the liveness sweep runs in block order while liveness flows backwards, so it takes as many sweeps as the CFG is
-  deep, each one set operations over thousands of names;
+  deep, and the first loop's sets (every variable used or defined on the way to a block) hold thousands of names at
+  each of hundreds of blocks;
 * ``analysis.compute_use_defs`` lists each statement's variables through ``ir_utils.visit_vars_stmt``, which rebuilds
   every list and tuple of the statement as it goes;
 * ``ssa._run_ssa`` rewrites every statement of the function once per such variable (about 70 in the warpgroup GEMM),
@@ -16,14 +17,15 @@ functions and slow on the generated kernels (long unrolled blocks, thousands of 
   scope shared by hundreds of blocks.
 
 Inside ``active()`` (entered by ``backend`` around numba-cuda's compiles of our kernels) ``install()``'s replacements
-compute the same results with worklists (each block revisited only when an input of its equation changed), a read-only
-collection of variable names, and SSA rewrites that hand the handler only the statements that mention the variable
-(the rest kept as they are, as the handler keeps them), and each distinct scope filled once. Outside ``active()``,
-e.g. for a user's own kernels, numba's functions run as shipped. Both fix points are least fixed points of monotone
-equations, so any order reaches the same sets; the LLVM IR of real kernels is byte-identical with and without the
-replacements (``tests/test_dataflow_fix.py``, which also compares the maps themselves). Only the exact numba-cuda
-functions this module was written against are replaced (their source hashes); any other version is left as it is, and
-numba-cuda-mlir and the simulator do not compile through them. Measured on the development machine:
+compute the same results with worklists on bit sets (each block revisited only when an input of its equation changed),
+a read-only collection of variable names, SSA rewrites that hand the handler only the statements that mention the
+variable (the rest kept as they are, as the handler keeps them), and each distinct scope filled once. Outside
+``active()``, e.g. for a user's own kernels, numba's functions run as shipped. Both fix points are least fixed points
+of monotone equations, so any order reaches the same sets; the LLVM IR of real kernels is byte-identical with and
+without the replacements (``tests/test_dataflow_fix.py``, which also compares the maps themselves). Only the exact
+numba-cuda functions this module was written against are replaced (their source hashes); any other version is left as
+it is, and numba-cuda-mlir (whose own copies of the live map and the scope fill already work on bit sets and distinct
+scopes) and the simulator do not compile through them. Measured on the development machine:
 ``benchmarks/results/2026-12-05-cpu-dataflow``.
 """
 from __future__ import annotations
@@ -150,15 +152,49 @@ def compute_use_defs(blocks):
     return analysis._use_defs_result(usemap=var_use_map, defmap=var_def_map)
 
 
+def _bit_sets(var_use_map, var_def_map):
+    """Every name of the two maps numbered (an object array of the names) and a function from a set of names to the
+    integer with their bits set."""
+    import numpy as np
+
+    index: dict = {}
+    for m in (var_def_map, var_use_map):
+        for names in m.values():
+            for n in names:
+                if n not in index:
+                    index[n] = len(index)
+    table = np.empty(len(index), dtype=object)
+    for n, i in index.items():
+        table[i] = n
+    nbytes = (len(index) + 7) // 8
+
+    def bits(names) -> int:
+        if not names:
+            return 0
+        flags = np.zeros(nbytes * 8, dtype=np.uint8)
+        flags[[index[n] for n in names]] = 1
+        return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
+
+    def names_of(x: int) -> set:
+        if not x:
+            return set()
+        flags = np.unpackbits(np.frombuffer(x.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little")
+        return set(table[np.flatnonzero(flags)].tolist())
+
+    return bits, names_of
+
+
 def compute_live_map(cfg, blocks, var_use_map, var_def_map):
     """``analysis.compute_live_map``: the variables live at each block's entry, as the least fixed points of the same
     two equations (definitions reaching a block: its own uses and defs and all its predecessors'; live at entry: its
-    uses and, of each successor's live set, what reaches the block and it does not define), solved with worklists."""
+    uses and, of each successor's live set, what reaches the block and it does not define), solved with worklists on
+    bit sets (one bit per variable): the reaching sets hold nearly every variable of the kernel at every block."""
     if not _on():
         return _ORIGINAL["compute_live_map"](cfg, blocks, var_use_map, var_def_map)
-    reach: dict = {}
-    for b in var_def_map:
-        reach[b] = var_def_map[b] | var_use_map[b]
+    bits, names_of = _bit_sets(var_use_map, var_def_map)
+    use = {b: bits(var_use_map[b]) for b in blocks}
+    defs = {b: bits(var_def_map[b]) for b in var_def_map}
+    reach = {b: defs[b] | bits(var_use_map[b]) for b in var_def_map}
     work = deque(var_def_map)
     queued = set(work)
     while work:
@@ -166,28 +202,29 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
         queued.discard(b)
         cur = reach[b]
         for s, _ in cfg.successors(b):
-            t = reach.setdefault(s, set())
-            n = len(t)
-            t |= cur
-            if len(t) != n and s not in queued and s in var_def_map:
-                work.append(s)
-                queued.add(s)
-    live = {b: set(var_use_map[b]) for b in blocks}
+            t = reach.get(s, 0)
+            merged = t | cur
+            if merged != t:
+                reach[s] = merged
+                if s not in queued and s in var_def_map:
+                    work.append(s)
+                    queued.add(s)
+    live = dict(use)
     work = deque(reversed(live))
     queued = set(work)
-    empty: set = set()
     while work:
         b = work.popleft()
         queued.discard(b)
         cur = live[b]
         for p, _ in cfg.predecessors(b):
             t = live[p]
-            n = len(t)
-            t |= (cur & reach.get(p, empty)) - var_def_map[p]
-            if len(t) != n and p not in queued:
-                work.append(p)
-                queued.add(p)
-    return live
+            merged = t | (cur & reach.get(p, 0) & ~defs[p])
+            if merged != t:
+                live[p] = merged
+                if p not in queued:
+                    work.append(p)
+                    queued.add(p)
+    return {b: names_of(x) for b, x in live.items()}
 
 
 def _stmt_names(stmt, cache: dict, ir) -> set:
