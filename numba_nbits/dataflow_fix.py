@@ -1,14 +1,16 @@
-"""numba-cuda's variable dataflow (use/def sets, liveness, SSA reconstruction) in fewer passes, same results.
+"""numba-cuda's variable dataflow (use/def sets, liveness, dead maps, SSA reconstruction) in fewer passes, same results.
 
 numba's front end recomputes variable lifetimes after most of its passes (``PostProcessor.run``: use/def sets per
-block, then the variables live at each block's entry), rebuilds SSA form once per variable assigned more than once,
-and makes sure each block's scope defines every variable. numba-cuda 0.30 does each in a way that is cheap on ordinary
-functions and slow on the generated kernels (long unrolled blocks, thousands of variables):
+block, then the variables live at each block's entry, then where each dies), rebuilds SSA form once per variable
+assigned more than once, and makes sure each block's scope defines every variable. numba-cuda 0.30 does each in a way
+that is cheap on ordinary functions and slow on the generated kernels (long unrolled blocks, thousands of variables):
 
 * ``analysis.compute_live_map`` runs two fix-point loops that sweep every block until a whole sweep changes nothing;
   the liveness sweep runs in block order while liveness flows backwards, so it takes as many sweeps as the CFG is
   deep, and the first loop's sets (every variable used or defined on the way to a block) hold thousands of names at
   each of hundreds of blocks;
+* ``analysis.compute_dead_maps`` (where each variable dies) repeats set unions and differences of those sizes per
+  block and edge;
 * ``analysis.compute_use_defs`` lists each statement's variables through ``ir_utils.visit_vars_stmt``, which rebuilds
   every list and tuple of the statement as it goes;
 * ``ssa._run_ssa`` rewrites every statement of the function once per such variable (about 70 in the warpgroup GEMM),
@@ -40,6 +42,7 @@ from contextlib import contextmanager
 #: sha256 of ``inspect.getsource`` of each numba-cuda function replaced or relied on, numba-cuda 0.30.4
 KNOWN_SOURCE_SHA256 = {
     "analysis.compute_use_defs": "505fab203956ac84a8f67bd9df3e711d2cbaaafa2b9fc3f38479090ea97fd647",
+    "analysis.compute_dead_maps": "5f103d40d5614c9762f61ab2a75e22feeb60928c8fdf58f11f6ecee5c62a2e93",
     "analysis.compute_live_map": "cdb51290c1658e9296610f99cb7c5bd51fbc2610822b3cedab72c4d86b4fc7c2",
     "ir_utils.visit_vars_stmt": "68807f5450ee3888a45f660e2ceb482ef3cb3fbb6a94a20ae46f5e5d846cfff8",
     "ir_utils.visit_vars_inner": "8f91667d0820b43cd21d6a048bbfad6a5084e260b9075beb09dfacd85025d2d3",
@@ -152,13 +155,13 @@ def compute_use_defs(blocks):
     return analysis._use_defs_result(usemap=var_use_map, defmap=var_def_map)
 
 
-def _bit_sets(var_use_map, var_def_map):
-    """Every name of the two maps numbered (an object array of the names) and a function from a set of names to the
-    integer with their bits set."""
+def _bit_sets(*maps):
+    """Every name of the given maps (block -> set of names) numbered, and two functions: a set of names to the integer
+    with their bits set, and back."""
     import numpy as np
 
     index: dict = {}
-    for m in (var_def_map, var_use_map):
+    for m in maps:
         for names in m.values():
             for n in names:
                 if n not in index:
@@ -191,7 +194,7 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
     bit sets (one bit per variable): the reaching sets hold nearly every variable of the kernel at every block."""
     if not _on():
         return _ORIGINAL["compute_live_map"](cfg, blocks, var_use_map, var_def_map)
-    bits, names_of = _bit_sets(var_use_map, var_def_map)
+    bits, names_of = _bit_sets(var_def_map, var_use_map)
     use = {b: bits(var_use_map[b]) for b in blocks}
     defs = {b: bits(var_def_map[b]) for b in var_def_map}
     reach = {b: defs[b] | bits(var_use_map[b]) for b in var_def_map}
@@ -225,6 +228,50 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
                     work.append(p)
                     queued.add(p)
     return {b: names_of(x) for b, x in live.items()}
+
+
+def compute_dead_maps(cfg, blocks, live_map, var_def_map):
+    """``analysis.compute_dead_maps``: the same internal, escaping and combined maps of where each variable dies (the
+    same keys, inserted in the same order), computed on bit sets, and the same check that every live variable dies."""
+    if not _on():
+        return _ORIGINAL["compute_dead_maps"](cfg, blocks, live_map, var_def_map)
+    from collections import defaultdict
+
+    from numba.cuda.core import analysis
+
+    terminators = {b: {v.name for v in blk.terminator.list_vars()} for b, blk in blocks.items()}
+    bits, names_of = _bit_sets(live_map, var_def_map, terminators)
+    live = {b: bits(v) for b, v in live_map.items()}
+    defs = {b: bits(v) for b, v in var_def_map.items()}
+    internal: dict = {}
+    escaping: dict = {}
+    exits: dict = {}
+    for offset in blocks:
+        cur_live = live[offset] | defs[offset]
+        outgoing = dict((out, live[out]) for out, _ in cfg.successors(offset))
+        term = bits(terminators[offset])
+        combined = term
+        for x in outgoing.values():
+            combined |= x
+        internal[offset] = internal_set = cur_live & ~combined
+        escaping_live = cur_live & ~internal_set
+        for out, out_live in outgoing.items():
+            escaping[out] = escaping.get(out, 0) | (escaping_live & ~(out_live | defs[out]))
+        if not outgoing:
+            exits[offset] = term
+    all_vars = dead = 0
+    for x in live.values():
+        all_vars |= x
+    for m in (internal, escaping, exits):
+        for x in m.values():
+            dead |= x
+    missing = all_vars & ~dead
+    if missing and cfg.exit_points():
+        raise RuntimeError("liveness info missing for vars: {0}".format(names_of(missing)))
+    internal_dead_map = defaultdict(set, ((b, names_of(x)) for b, x in internal.items()))
+    escaping_dead_map = defaultdict(set, ((b, names_of(x)) for b, x in escaping.items()))
+    combined_map = dict((k, internal_dead_map[k] | escaping_dead_map[k]) for k in blocks)
+    return analysis._dead_maps_result(internal=internal_dead_map, escaping=escaping_dead_map, combined=combined_map)
 
 
 def _stmt_names(stmt, cache: dict, ir) -> set:
@@ -321,6 +368,7 @@ def _targets():
 
     return [("analysis.compute_use_defs", analysis, "compute_use_defs", compute_use_defs),
             ("analysis.compute_live_map", analysis, "compute_live_map", compute_live_map),
+            ("analysis.compute_dead_maps", analysis, "compute_dead_maps", compute_dead_maps),
             ("ir_utils.visit_vars_stmt", ir_utils, "visit_vars_stmt", None),
             ("ir_utils.visit_vars_inner", ir_utils, "visit_vars_inner", None),
             ("ir.Inst._rec_list_vars", ir.Inst, "_rec_list_vars", None),
