@@ -145,6 +145,56 @@ def run_benchmark(name: str, *args: str, out):
                           env=dict(os.environ, OUT=str(out)), capture_output=True, text=True, timeout=600)
 
 
+#: The start of a script that compiles with numba-cuda's own pipeline in a process of its own (the suite may run on the
+#: simulator, which has none): exits with "SKIP ..." where numba-cuda cannot import or compile (numpy too new), answers
+#: the current-device query with compute capability 9.0 without a GPU, and defines ``ir(kernel)``: the LLVM IR of a
+#: ``launch.Kernel`` compiled for sm_90a, with per-compilation symbols and counters normalised. Only LLVM IR is
+#: produced: no NVVM or GPU is needed. ``run_offline_ir_script`` runs it.
+OFFLINE_IR_PREAMBLE = r'''
+import re, sys
+try:
+    import numba.cuda.dispatcher as dispatcher
+except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
+    print(f"SKIP numba-cuda does not import here: {type(e).__name__}: {e}"); sys.exit(0)
+from numba_nbits.backend import numba_can_compile
+if not numba_can_compile():
+    import numpy
+    print(f"SKIP numba-cuda does not compile with numpy {numpy.__version__} here"); sys.exit(0)
+from numba import cuda
+if not cuda.is_available():
+    class _Device:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Device()
+from numba.cuda import types
+from numba.cuda.compiler import compile_cuda
+
+
+def ir(k):
+    cres = compile_cuda(k.pyfunc, types.void, k.argtypes, debug=False, lineinfo=False, fastmath=False,
+                        nvvm_options={"opt": 3}, cc=(9, 0, "a"))
+    text = re.sub(r"_Z[A-Za-z0-9_$]+", "SYM", cres.library.get_llvm_str())
+    return re.sub(r"(_cudapy_smem_|\$)[0-9]+", r"\1N", text)  # per-compilation counters
+'''
+
+
+def run_offline_ir_script(body: str, timeout: int) -> str:
+    """Run ``OFFLINE_IR_PREAMBLE + body`` with numba-cuda as the compiler (``NUMBA_ENABLE_CUDASIM=0``,
+    ``NUMBA_NBITS_BACKEND=numba``) and the repository first on ``PYTHONPATH``; its standard output. The test fails on a
+    non-zero exit (with the script's standard error) and is skipped where the script says ``SKIP``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba",
+               PYTHONPATH=pythonpath_with(Path(__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, "-c", OFFLINE_IR_PREAMBLE + body], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    if r.stdout.startswith("SKIP "):
+        pytest.skip(r.stdout[5:].strip())
+    return r.stdout
+
+
 def to_dev(x):
     """numba device copy of a host array; bf16 goes through uint16 bits (numba cannot copy ml_dtypes
     bfloat16 host arrays on a real GPU: its host_pointer rejects them)."""

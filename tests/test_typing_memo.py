@@ -8,47 +8,16 @@ compute capability 9.0). Only LLVM IR is produced: no NVVM or GPU is needed.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import run_offline_ir_script
 
 _SAME_IR = r'''
-import re, sys
-try:
-    import numba.cuda.dispatcher as dispatcher
-except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
-    print(f"SKIP numba-cuda does not import here: {type(e).__name__}: {e}"); sys.exit(0)
-from numba_nbits.backend import numba_can_compile
-if not numba_can_compile():
-    import numpy
-    print(f"SKIP numba-cuda does not compile with numpy {numpy.__version__} here"); sys.exit(0)
-from numba import cuda
-if not cuda.is_available():
-    class _Device:
-        compute_capability = (9, 0)
-    dispatcher.get_current_device = lambda: _Device()
 from numba.core.types import functions
-from numba.cuda import types
-from numba.cuda.compiler import compile_cuda
 from numba_nbits import lowering_fix, typing_memo
 from numba_nbits.kernels.dequant import dequant_kernel
 from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
 from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
 
 lowering_fix.install()
-
-
-def ir(k):
-    cres = compile_cuda(k.pyfunc, types.void, k.argtypes, debug=False, lineinfo=False, fastmath=False,
-                        nvvm_options={"opt": 3}, cc=(9, 0, "a"))
-    text = re.sub(r"_Z[A-Za-z0-9_$]+", "SYM", cres.library.get_llvm_str())
-    return re.sub(r"(_cudapy_smem_|\$)[0-9]+", r"\1N", text)  # per-compilation counters
-
 
 stock_method = functions.BaseFunction.get_call_type
 kernels = [gemv_mma_kernel("float16", 1, default_tactic(4096, 4096, 128, 1, 4), 128, "none", 4),
@@ -81,10 +50,5 @@ print("same IR:", [k.name for k in kernels], "hits:", hits)
 
 
 def test_same_llvm_ir_with_call_typing_remembered():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", _SAME_IR], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    if r.stdout.startswith("SKIP "):
-        pytest.skip(r.stdout[5:].strip())
-    assert "same IR: ['gemv_mma_w4_float16_mt1_t1w8u1p1_b128_none', " in r.stdout, r.stdout
+    out = run_offline_ir_script(_SAME_IR, timeout=900)
+    assert "same IR: ['gemv_mma_w4_float16_mt1_t1w8u1p1_b128_none', " in out, out
