@@ -142,11 +142,8 @@ def compute_use_defs(blocks):
                     raise AssertionError("unreachable", type(value))
                 if stmt.target.name not in rhs:
                     def_set.add(stmt.target.name)
-                names: set = set()
-                _visit_names(stmt.target, names, ir)
+                names = {stmt.target.name}  # a Var (ir.Assign asserts it): never the list_vars fallback
                 _visit_names(value, names, ir)
-                if not names:  # as compat_list_vars_stmt: nothing visited, the statement's own list
-                    names = {v.name for v in stmt.list_vars()}
             else:
                 names = {v.name for v in ir_utils.compat_list_vars_stmt(stmt)}
             for name in names:
@@ -195,9 +192,9 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
     if not _on():
         return _ORIGINAL["compute_live_map"](cfg, blocks, var_use_map, var_def_map)
     bits, names_of = _bit_sets(var_def_map, var_use_map)
-    use = {b: bits(var_use_map[b]) for b in blocks}
-    defs = {b: bits(var_def_map[b]) for b in var_def_map}
-    reach = {b: defs[b] | bits(var_use_map[b]) for b in var_def_map}
+    use = {b: bits(names) for b, names in var_use_map.items()}
+    defs = {b: bits(names) for b, names in var_def_map.items()}
+    reach = {b: defs[b] | use[b] for b in var_def_map}
     work = deque(var_def_map)
     queued = set(work)
     while work:
@@ -212,7 +209,7 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
                 if s not in queued and s in var_def_map:
                     work.append(s)
                     queued.add(s)
-    live = dict(use)
+    live = {b: use[b] for b in blocks}
     work = deque(reversed(live))
     queued = set(work)
     while work:
