@@ -18,6 +18,12 @@ with ``numba_nbits.lowering_fix`` installed and call typing remembered within ea
 tensor-core kernels of the given tactics and m-tiles (e.g. the fused GEMM's ``t1w8u1s3xhv:16``) for the first shape's
 K.
 
+Under ``NUMBA_NBITS_BACKEND=mlir`` the same kernels are compiled by numba-cuda-mlir as the library compiles them
+(``backend``: ``chip="sm_90a"`` at 9.0, ``numba_nbits.mlir_fix`` and ``typing_memo``'s numba-cuda-mlir wrapper); there
+``frontend_s`` is its numba-IR passes, ``nvvm_s`` its ``mlir_backend`` pass (numba IR lowered to MLIR, in Python) and
+``link_s`` the rest (MLIR and LLVM optimisation, NVVM, the link to a cubin). ``--stock-mlir`` compiles without
+``mlir_fix``, ``--no-typing-memo`` without the memo.
+
 Writes ``compile_time.csv`` under ``$OUT`` (else ``benchmarks/results/<date>-compile-time/``): one row per
 kernel with its generated-source lines, ``gen_s`` (generating and loading the Python source), ``frontend_s``
 (typing, rewrites, SSA, lowering to LLVM IR), ``nvvm_s``, ``link_s``, ``total_s`` and the five costliest front-end
@@ -39,7 +45,8 @@ COLUMNS = ["kernel", "lines", "gen_s", "frontend_s", "nvvm_s", "link_s", "total_
 
 
 def _answer_device_queries_with(cc: tuple) -> None:
-    """Without a GPU, numba's typing asks for the current device's compute capability: answer ``cc``."""
+    """Without a GPU, numba's typing asks for the current device's compute capability: answer ``cc`` (and prime
+    numba-cuda-mlir's private cache, which it asks even when ``chip`` names the target)."""
     from numba import cuda
 
     if cuda.is_available():
@@ -50,6 +57,39 @@ def _answer_device_queries_with(cc: tuple) -> None:
         compute_capability = cc
 
     dispatcher.get_current_device = lambda: _Device()
+    from numba_nbits import backend
+
+    if backend.compiler() == "mlir":
+        from numba_cuda_mlir import tools
+
+        if tools._cached_cc is None:
+            tools._cached_cc = tuple(cc)
+
+
+def stages_mlir(kernel, cc: tuple, memo: bool = False, fix: bool = False) -> dict:
+    """``stages`` on numba-cuda-mlir (``memo``: inside ``typing_memo.active()``, ``fix``: inside ``mlir_fix.active()``,
+    as ``backend`` compiles): numba-IR passes, the ``mlir_backend`` pass (lowering to MLIR), the rest (optimisation,
+    NVVM, link)."""
+    from contextlib import nullcontext
+
+    from numba_nbits import backend, mlir_fix, typing_memo
+
+    c = backend.cuda()
+    sig = backend.types().void(*backend.argtypes(kernel.argtypes))
+    opts = backend.jit_options(kernel.options, cc)
+    t0 = time.perf_counter()
+    with typing_memo.active() if memo else nullcontext(), mlir_fix.active() if fix else nullcontext():
+        cres = c.jit(sig, **opts)(backend.rebind(kernel.pyfunc)).compile(sig)
+    total = time.perf_counter() - t0
+    passes = []
+    for timings in cres.metadata.get("pipeline_times", {}).values():
+        for name, v in timings.items():
+            passes.append((v.init + v.run + v.finalize, name.split("_", 1)[-1]))
+    back = sum(t for t, n in passes if n == "mlir_backend")
+    front = sum(t for t, n in passes) - back
+    passes.sort(reverse=True)
+    return {"frontend_s": front, "nvvm_s": back, "link_s": total - front - back, "total_s": total,
+            "top_passes": "; ".join(f"{n} {s:.2f}" for s, n in passes[:5])}
 
 
 def _parse_M(text: str) -> list[int]:
@@ -146,6 +186,9 @@ def main(argv=None) -> int:
                     help="resolve every call's typing as numba does (without numba_nbits.typing_memo)")
     ap.add_argument("--stock-dataflow", action="store_true",
                     help="numba-cuda's use/def, liveness and SSA passes as shipped (without numba_nbits.dataflow_fix)")
+    ap.add_argument("--stock-mlir", action="store_true",
+                    help="under NUMBA_NBITS_BACKEND=mlir: numba-cuda-mlir's front end as shipped (without "
+                         "numba_nbits.mlir_fix)")
     ap.add_argument("--tactics", nargs="*", default=[], metavar="TAG:MT",
                     help="also compile these tensor-core tactics at these m-tiles (K of the first shape)")
     args = ap.parse_args(argv)
@@ -158,19 +201,31 @@ def main(argv=None) -> int:
         raise SystemExit("--shapes takes NxK (e.g. 4096x14336), --cc MAJOR.MINOR (e.g. 9.0)") from None
     os.environ.setdefault("NUMBA_CUDA_ENABLE_PYNVJITLINK", "1")
     _answer_device_queries_with(cc)
-    from numba_nbits import dataflow_fix, lowering_fix, typing_memo
+    from numba_nbits import backend, dataflow_fix, lowering_fix, mlir_fix, typing_memo
 
-    if not args.stock_lowering:
-        lowering_fix.install()
-    memo = not args.no_typing_memo and typing_memo.install()
-    dataflow = not args.stock_dataflow and dataflow_fix.install()
-    print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}; call typing: "
-          f"{typing_memo.status() if memo else 'as shipped'}; dataflow: "
-          f"{dataflow_fix.status() if dataflow else 'as shipped'}")
+    if backend.compiler() == "mlir":
+        memo = not args.no_typing_memo and typing_memo.install_mlir()
+        fix = not args.stock_mlir and mlir_fix.install()
+        print(f"numba-cuda-mlir; call typing: {typing_memo.mlir_status() if memo else 'as shipped'}; front end: "
+              f"{mlir_fix.status() if fix else 'as shipped'}")
+
+        def compile_one(k):
+            return stages_mlir(k, cc, memo, fix)
+    else:
+        if not args.stock_lowering:
+            lowering_fix.install()
+        memo = not args.no_typing_memo and typing_memo.install()
+        dataflow = not args.stock_dataflow and dataflow_fix.install()
+        print(f"lowering: {'as shipped' if args.stock_lowering else lowering_fix.status()}; call typing: "
+              f"{typing_memo.status() if memo else 'as shipped'}; dataflow: "
+              f"{dataflow_fix.status() if dataflow else 'as shipped'}")
+
+        def compile_one(k):
+            return stages(k, cc, memo, dataflow)
 
     from numba_nbits.kernels.bias import bias_add_kernel
 
-    stages(bias_add_kernel("float32"), cc, memo, dataflow)  # numba's one-time set-up, not reported
+    compile_one(bias_add_kernel("float32"))  # the compiler's one-time set-up, not reported
     todo = kernel_set(shapes, args.bits, args.block, args.dtype, _parse_M(args.M))
     if args.tactics:
         from numba_nbits.kernels.gemv.mma import gemv_mma_kernel, k_full
@@ -187,7 +242,7 @@ def main(argv=None) -> int:
     rows = []
     for kernel, lines, gen_s in todo:
         r = {"kernel": kernel.name, "lines": lines, "gen_s": round(gen_s, 4)}
-        r.update(stages(kernel, cc, memo, dataflow))
+        r.update(compile_one(kernel))
         for k in ("frontend_s", "nvvm_s", "link_s", "total_s"):
             r[k] = round(r[k], 3)
         rows.append(r)
@@ -202,7 +257,8 @@ def main(argv=None) -> int:
         w.writerows(rows)
     tot = sum(r["total_s"] for r in rows)
     fe = sum(r["frontend_s"] for r in rows)
-    print(f"\n{len(rows)} kernels, {tot:.1f} s in all (one process, cc {args.cc}); front end {fe:.1f} s "
+    print(f"\n{len(rows)} kernels, {tot:.1f} s in all ({backend.compiler()}, one process, cc {args.cc}); front end "
+          f"{fe:.1f} s "
           f"({100 * fe / tot:.0f}%), NVVM {sum(r['nvvm_s'] for r in rows):.1f} s, link "
           f"{sum(r['link_s'] for r in rows):.1f} s -> {out / 'compile_time.csv'}")
     return 0

@@ -51,9 +51,10 @@ rejected by ptxas with ``cc=(9, 0)``.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from typing import Any, Sequence
 
-from . import dataflow_fix, lowering_fix, typing_memo
+from . import dataflow_fix, lowering_fix, mlir_fix, typing_memo
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -247,16 +248,32 @@ def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options
     sig = types().void(*argtypes(argtypes_))
     opts = jit_options(options, tuple(cc))
     if "chip" in opts:
-        return c.jit(sig, **opts)(rebind(pyfunc)).compile(sig).metadata["ptx"]
-    if compiler() == "numba" and not simulated():
-        lowering_fix.install()
-        typing_memo.install()
-        dataflow_fix.install()
-        with typing_memo.active(), dataflow_fix.active():
-            ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
+        with _frontend():
+            return c.jit(sig, **opts)(rebind(pyfunc)).compile(sig).metadata["ptx"]
+    if simulated():
+        ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
         return ptx
-    ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
+    with _frontend():
+        ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
     return ptx
+
+
+@contextmanager
+def _frontend():
+    """Around one compile of our kernels by the selected compiler: numba-cuda's front end with ``lowering_fix``,
+    ``typing_memo`` and ``dataflow_fix``; numba-cuda-mlir's with ``mlir_fix`` and ``typing_memo`` (each installed only
+    over the compiler version it was written against)."""
+    if compiler() == "mlir":
+        mlir_fix.install()
+        typing_memo.install_mlir()
+        with typing_memo.active(), mlir_fix.active():
+            yield
+        return
+    lowering_fix.install()
+    typing_memo.install()
+    dataflow_fix.install()
+    with typing_memo.active(), dataflow_fix.active():
+        yield
 
 
 def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc):
@@ -267,14 +284,12 @@ def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], cu
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
     if compiler() == "mlir":
-        disp = c.jit(sig, **jit_options(options, current_cc()))(rebind(pyfunc))
-        cres = disp.compile(sig)
+        with _frontend():  # a signature given: numba-cuda-mlir compiles in jit(), compile() returns that result
+            disp = c.jit(sig, **jit_options(options, current_cc()))(rebind(pyfunc))
+            cres = disp.compile(sig)
         return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
     check_numba_numpy()
-    lowering_fix.install()
-    typing_memo.install()
-    dataflow_fix.install()
-    with typing_memo.active(), dataflow_fix.active():  # the signature given: numba-cuda compiles here
+    with _frontend():  # the signature given: numba-cuda compiles here
         disp = c.jit(sig, **options)(pyfunc)
         return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 

@@ -16,6 +16,10 @@ is not recorded (another instance of an equal type) resolves again. Each ``activ
 memo, so nothing is carried from one compile to the next. The resolution is a pure function of those inputs for
 the templates our kernels use, and the LLVM IR of real kernels is byte-identical with and without it
 (``tests/test_typing_memo.py``). ``backend`` installs it and enters ``active()`` around numba-cuda's compiles.
+
+numba-cuda-mlir types calls through its own copy of the method (``numba_cuda_mlir.numba_cuda.types.functions``; the
+same steps, its template order taken without numba's target lookup): ``install_mlir()`` wraps that one the same way
+(its own source hash, ``mlir_status()``), and ``backend`` enters ``active()`` around numba-cuda-mlir's compiles too.
 """
 from __future__ import annotations
 
@@ -26,15 +30,26 @@ from contextlib import contextmanager
 
 #: sha256 of ``inspect.getsource(numba.core.types.functions.BaseFunction.get_call_type)`` (numba 0.68.0 / 0.68.1)
 KNOWN_SOURCE_SHA256 = {"0.68": "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"}
+#: the same for numba-cuda-mlir's copy (``numba_cuda_mlir.numba_cuda.types.functions``), numba-cuda-mlir 0.6.0
+KNOWN_MLIR_SOURCE_SHA256 = {"0.6": "c6cfb07dc7fe3d00c44c7f1fbb93adeb09edf9256ef760d4faae5fd6873fe988"}
 
 _LOCK = threading.Lock()
 _TLS = threading.local()
 _state = {"done": False, "installed": False, "reason": "not tried", "original": None}
+_mlir_state = {"done": False, "installed": False, "reason": "not tried", "original": None}
 
 
 def _memo_get_call_type(self, context, args, kws):
     """``BaseFunction.get_call_type`` with this thread's ``active()`` memo (module docstring)."""
-    original = _state["original"]
+    return _memoised(_state["original"], self, context, args, kws)
+
+
+def _memo_get_call_type_mlir(self, context, args, kws):
+    """numba-cuda-mlir's ``BaseFunction.get_call_type`` with this thread's ``active()`` memo."""
+    return _memoised(_mlir_state["original"], self, context, args, kws)
+
+
+def _memoised(original, self, context, args, kws):
     memo = getattr(_TLS, "memo", None)
     if memo is None:
         return original(self, context, args, kws)
@@ -101,3 +116,31 @@ def install() -> bool:
 def status() -> str:
     """Whether ``install`` wrapped the method, and why (not)."""
     return _state["reason"]
+
+
+def install_mlir() -> bool:
+    """``install()`` for numba-cuda-mlir's copy of the method; ``mlir_status()`` says why not."""
+    with _LOCK:
+        if _mlir_state["done"]:
+            return _mlir_state["installed"]
+        _mlir_state["done"] = True
+        try:
+            from numba_cuda_mlir import __version__ as version
+            from numba_cuda_mlir.numba_cuda.types import functions
+        except ImportError as e:
+            _mlir_state["reason"] = f"numba-cuda-mlir not importable: {e}"
+            return False
+        original = functions.BaseFunction.get_call_type
+        if _source_sha256(original) not in KNOWN_MLIR_SOURCE_SHA256.values():
+            _mlir_state["reason"] = f"numba-cuda-mlir {version}: BaseFunction.get_call_type is not the known one"
+            return False
+        _mlir_state["original"] = original
+        functions.BaseFunction.get_call_type = _memo_get_call_type_mlir
+        _mlir_state["installed"] = True
+        _mlir_state["reason"] = f"installed on numba-cuda-mlir {version}"
+        return True
+
+
+def mlir_status() -> str:
+    """Whether ``install_mlir`` wrapped numba-cuda-mlir's method, and why (not)."""
+    return _mlir_state["reason"]

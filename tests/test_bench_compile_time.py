@@ -38,3 +38,29 @@ def test_M_outside_the_gemv_range_is_refused():
 def test_bad_shapes_are_refused():
     with pytest.raises(SystemExit, match="NxK"):
         _ct().main(["--shapes", "4096"])
+
+
+def test_numba_cuda_mlir_compile_split(tmp_path):
+    """Under ``NUMBA_NBITS_BACKEND=mlir`` (no GPU needed) a kernel is compiled by numba-cuda-mlir with the library's
+    front-end replacements, and its time is split into numba-IR passes, the lowering to MLIR and the rest."""
+    import csv
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import pythonpath_with
+
+    pytest.importorskip("numba_cuda_mlir")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="mlir", OUT=str(tmp_path),
+               PYTHONPATH=pythonpath_with(root))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.compile_time", "--shapes", "1024x1024", "--M", "1",
+                        "--limit", "1"], env=env, capture_output=True, text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("numba-cuda-mlir; call typing: "), r.stdout
+    (row,) = list(csv.DictReader(open(tmp_path / "compile_time.csv")))
+    assert row["kernel"] == f"gemv_mma_w4_float16_mt1_{default_tactic(1024, 1024, 128, 1, 4).tag}_b128_none_kf"
+    parts = [float(row[k]) for k in ("frontend_s", "nvvm_s", "link_s")]
+    assert all(p > 0 for p in parts) and abs(sum(parts) - float(row["total_s"])) < 0.01, row
+    assert "mlir_backend" in row["top_passes"], row

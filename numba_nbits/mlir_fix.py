@@ -1,0 +1,232 @@
+"""numba-cuda-mlir's front end on our kernels in fewer steps, same PTX: device functions, SSA reconstruction.
+
+numba-cuda-mlir 0.6.0 compiles through its own copy of numba's front end (``numba_cuda_mlir.numba_cuda.core``), and
+inlines every ``inline="always"`` device function (``backend.jit_options`` maps our ``forceinline`` to it) into the
+kernel's untyped IR. On the generated kernels (long unrolled blocks, hundreds of inlined calls, thousands of
+variables) three steps of it cost most of the front end (cProfile of a two-m-tile tensor-core GEMV kernel, 17.4 s
+profiled: SSA reconstruction 4.3 s, inlining 4.9 s, of which 2.9 s re-running the untyped pipeline):
+
+* ``InlineWorker.inline_function`` translates the callee's bytecode and runs the untyped pipeline over it (including
+  the callee's own inlining) once per call site: 183 times for a few dozen distinct device functions;
+* ``ssa._run_ssa`` rewrites every statement of the function once per variable assigned more than once, calling the
+  handler on statements that do not mention the variable and return unchanged;
+* ``ssa._FixSSAVars._stmt_index`` finds a statement's position in its block by a linear scan, twice or more per use
+  it fixes: quadratic in the length of the unrolled blocks.
+
+Inside ``active()`` (entered by ``backend`` around numba-cuda-mlir's compiles of our kernels) ``install()``'s
+replacements do the same work once: the untyped IR of each device function is made once per compile and handed to
+the unchanged ``inline_ir`` (which copies the callee's IR before changing anything, so the kept one is never
+modified; each call site still gets a ``FunctionIdentity`` of its own, which names its inlined variables); the SSA
+rewrites hand the handler only the statements that mention the variable (the rest kept as they are, as both
+handlers keep them); and a statement's position comes from a table of the block being rewritten (the block is not
+changed while it is rewritten), with the scan's own bounds. The PTX of real kernels is byte-identical with and
+without them (``tests/test_mlir_fix.py``). Only the exact numba-cuda-mlir functions this module was written against
+are replaced (their source hashes); any other version is left as it is, and outside ``active()`` (a user's own
+kernels) numba-cuda-mlir runs as shipped. Measured on the development machine: ``benchmarks/results/
+2026-12-05-cpu-mlir-frontend``.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import threading
+from contextlib import contextmanager
+
+#: sha256 of ``inspect.getsource`` of each numba-cuda-mlir function replaced or relied on, numba-cuda-mlir 0.6.0
+KNOWN_SOURCE_SHA256 = {
+    "inline_closurecall.InlineWorker.inline_function":
+        "e23b24043fa108c9931c62b3099f5752ac80bd7cafd07ebde9d3753767f1200e",
+    "inline_closurecall.InlineWorker.inline_ir": "0a40a42bbeecc22a2da024314010756dfe2df9e3aec0ea8d4eb940c34ab837f7",
+    "inline_closurecall.InlineWorker.run_untyped_passes":
+        "29114f1e74f943c0f0fe181a4a16d4a79e0d1c36c1246952a0a34224c89cad1a",
+    "ssa._run_ssa": "bd2d6872562f13f0e0ef4be1eda1ad5f825412104a997c22a5c9c0c8cc279b1b",
+    "ssa._run_block_rewrite": "66a25c0bc90d6ed188fa1f0ec24b7c504911cfdd4be1f2bc1b26a3c5f8e73eb7",
+    "ssa._run_ssa_block_pass": "b48d590f81cc8b20eec89e93e56d484f0d45210c5646bdb10850afecafa7fe24",
+    "ssa._FreshVarHandler": "ddca0005f4ae3ed18186b820a14a8e401692293e3df78effa5b855ec18b2fc1b",
+    "ssa._FixSSAVars": "6fbdd0e7df90e601230e59d2160dde02b629f3ecf31ec7d338432c3bc5043cf6",
+    "ssa._FixSSAVars._stmt_index": "16ee1e1b84752e043e261e8e62957b7c7b4fbeb1b758666e22bb1f938a47382a",
+}
+
+_LOCK = threading.Lock()
+_TLS = threading.local()
+_state = {"done": False, "installed": False, "reason": "not tried"}
+_ORIGINAL: dict = {}
+
+
+@contextmanager
+def active():
+    """Use the replacements in this thread for the block (one compile: the device functions' IR is kept until the
+    outermost block ends); numba-cuda-mlir's own functions elsewhere."""
+    outer = getattr(_TLS, "inline_memo", None) is None
+    if outer:
+        _TLS.inline_memo = {}
+    try:
+        yield
+    finally:
+        if outer:
+            _TLS.inline_memo = None
+
+
+def _on() -> bool:
+    return getattr(_TLS, "inline_memo", None) is not None
+
+
+def inline_function(self, caller_ir, block, i, function, arg_typs=None):
+    """``InlineWorker.inline_function``: the callee's untyped IR made once per compile (per function and the worker's
+    typing context, target context, locals, pipeline and flags), a shallow copy with a fresh ``FunctionIdentity`` for
+    each call site, inlined by numba-cuda-mlir's ``inline_ir`` as before."""
+    if not _on():
+        return _ORIGINAL["inline_function"](self, caller_ir, block, i, function, arg_typs)
+    from numba_cuda_mlir.numba_cuda.core import bytecode
+
+    memo = _TLS.inline_memo
+    ctx = (self.typingctx, self.targetctx, self.locals, self.pipeline, self.flags)
+    key = (function, *map(id, ctx))
+    hit = memo.get(key)
+    if hit is None:
+        callee_ir = self.run_untyped_passes(function)
+        memo[key] = (callee_ir, ctx)  # the context objects kept alive with their ids
+    else:
+        self.flags.enable_ssa = False  # as run_untyped_passes(function) leaves the flags it is handed
+        callee_ir = hit[0].copy()
+        callee_ir.func_id = bytecode.FunctionIdentity.from_function(function)
+    return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
+
+
+def _stmt_names(stmt, cache: dict, ir) -> set:
+    """Every name a statement mentions (an assignment: its target and what the SSA handlers list of its value)."""
+    got = cache.get(id(stmt))
+    if got is not None and got[0] is stmt:
+        return got[1]
+    if isinstance(stmt, ir.Assign):
+        v = stmt.value
+        if isinstance(v, ir.Inst):
+            names = {x.name for x in v.list_vars()}
+        elif isinstance(v, ir.Var):
+            names = {v.name}
+        else:
+            names = set()
+        names.add(stmt.target.name)
+    else:
+        names = {x.name for x in stmt.list_vars()}
+    cache[id(stmt)] = (stmt, names)  # the statement kept alive with its id
+    return names
+
+
+def _run_ssa(blocks):
+    """``ssa._run_ssa`` with a cache of each statement's names for the rewrites below."""
+    if not _on():
+        return _ORIGINAL["_run_ssa"](blocks)
+    saved = getattr(_TLS, "ssa_names", None)
+    _TLS.ssa_names = {}
+    try:
+        return _ORIGINAL["_run_ssa"](blocks)
+    finally:
+        _TLS.ssa_names = saved
+
+
+def _run_block_rewrite(blocks, states, handler):
+    """``ssa._run_block_rewrite``: the handler sees only the statements that mention ``states["varname"]`` (both
+    SSA handlers return any other statement unchanged); new blocks with the same statement objects otherwise."""
+    from numba_cuda_mlir.numba_cuda.core import ir, ssa
+
+    cache = getattr(_TLS, "ssa_names", None)
+    if cache is None or not _on() or ssa._logger.isEnabledFor(logging.DEBUG):
+        return _ORIGINAL["_run_block_rewrite"](blocks, states, handler)
+    varname = states["varname"]
+    newblocks = {}
+    saved = getattr(_TLS, "positions", None)
+    try:
+        for label, blk in blocks.items():
+            newblk = ir.Block(scope=blk.scope, loc=blk.loc)
+            states["label"] = label
+            states["block"] = blk
+            _TLS.positions = [blk, None]  # filled by _stmt_index when first asked
+            newbody = []
+            for stmt in blk.body:
+                if varname in _stmt_names(stmt, cache, ir):
+                    if isinstance(stmt, ir.Assign):
+                        stmt = handler.on_assign(states, stmt)
+                    else:
+                        stmt = handler.on_other(states, stmt)
+                    assert stmt is not None
+                newbody.append(stmt)
+            newblk.body = newbody
+            newblocks[label] = newblk
+    finally:
+        _TLS.positions = saved
+    return newblocks
+
+
+def _stmt_index(self, defstmt, block, stop=-1):
+    """``_FixSSAVars._stmt_index``: the first position of ``defstmt`` among ``range(len(block.body))[:stop]``, else
+    ``len(block.body)``, from a table of the block being rewritten (which nothing changes meanwhile)."""
+    pos = getattr(_TLS, "positions", None)
+    if pos is None or pos[0] is not block:
+        return _ORIGINAL["_stmt_index"](self, defstmt, block, stop)
+    body = block.body
+    if pos[1] is None:
+        table = {}
+        for j, s in enumerate(body):
+            table.setdefault(id(s), j)
+        pos[1] = table
+    n = len(body)
+    j = pos[1].get(id(defstmt))
+    return j if j is not None and j < len(range(n)[:stop]) else n
+
+
+def _source_sha256(obj) -> str | None:
+    try:
+        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def _targets():
+    """(key, owner, attribute, replacement or None) of each function checked."""
+    from numba_cuda_mlir.numba_cuda.core import inline_closurecall as icc
+    from numba_cuda_mlir.numba_cuda.core import ssa
+
+    w = icc.InlineWorker
+    return [("inline_closurecall.InlineWorker.inline_function", w, "inline_function", inline_function),
+            ("inline_closurecall.InlineWorker.inline_ir", w, "inline_ir", None),
+            ("inline_closurecall.InlineWorker.run_untyped_passes", w, "run_untyped_passes", None),
+            ("ssa._run_ssa", ssa, "_run_ssa", _run_ssa),
+            ("ssa._run_block_rewrite", ssa, "_run_block_rewrite", _run_block_rewrite),
+            ("ssa._run_ssa_block_pass", ssa, "_run_ssa_block_pass", None),
+            ("ssa._FreshVarHandler", ssa, "_FreshVarHandler", None),
+            ("ssa._FixSSAVars", ssa, "_FixSSAVars", None),
+            ("ssa._FixSSAVars._stmt_index", ssa._FixSSAVars, "_stmt_index", _stmt_index)]
+
+
+def install() -> bool:
+    """Put the replacements in place if every function is the one this module was written against; True when they
+    are. Idempotent and thread-safe; ``status()`` says why not."""
+    with _LOCK:
+        if _state["done"]:
+            return _state["installed"]
+        _state["done"] = True
+        try:
+            from numba_cuda_mlir import __version__ as version
+
+            targets = _targets()
+        except ImportError as e:
+            _state["reason"] = f"numba-cuda-mlir not importable: {e}"
+            return False
+        for key, owner, attr, _ in targets:
+            if _source_sha256(getattr(owner, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
+                _state["reason"] = f"numba-cuda-mlir {version}: {key} is not the known one"
+                return False
+        for key, owner, attr, new in targets:
+            if new is not None:
+                _ORIGINAL[attr] = getattr(owner, attr)
+                setattr(owner, attr, new)
+        _state["installed"] = True
+        _state["reason"] = f"installed on numba-cuda-mlir {version}"
+        return True
+
+
+def status() -> str:
+    """Whether ``install`` put the replacements in place, and why (not)."""
+    return _state["reason"]
