@@ -7,16 +7,17 @@ variables) three steps of it cost most of the front end (cProfile of a two-m-til
 profiled: SSA reconstruction 4.3 s, inlining 4.9 s, of which 2.9 s re-running the untyped pipeline):
 
 * ``InlineWorker.inline_function`` translates the callee's bytecode and runs the untyped pipeline over it (including
-  the callee's own inlining) once per call site: 183 times for a few dozen distinct device functions;
+  the callee's own inlining) once per call site: 183 times for a few dozen distinct device functions, then
+  ``inline_ir`` deep-copies the callee's blocks twice, the second copy returned to a caller that drops it;
 * ``ssa._run_ssa`` rewrites every statement of the function once per variable assigned more than once, calling the
   handler on statements that do not mention the variable and return unchanged;
 * ``ssa._FixSSAVars._stmt_index`` finds a statement's position in its block by a linear scan, twice or more per use
   it fixes: quadratic in the length of the unrolled blocks.
 
 Inside ``active()`` (entered by ``backend`` around numba-cuda-mlir's compiles of our kernels) ``install()``'s
-replacements do the same work once: the untyped IR of each device function is made once per compile and handed to
-the unchanged ``inline_ir`` (which copies the callee's IR before changing anything, so the kept one is never
-modified; each call site still gets a ``FunctionIdentity`` of its own, which names its inlined variables); the SSA
+replacements do the same work once: the untyped IR of each device function is made once per compile and inlined
+by ``inline_ir``'s steps with one copy of its blocks (the first thing done, so the kept IR is never modified; each
+call site still gets a ``FunctionIdentity`` of its own, which names its inlined variables); the SSA
 rewrites hand the handler only the statements that mention the variable (the rest kept as they are, as both
 handlers keep them); and a statement's position comes from a table of the block being rewritten (the block is not
 changed while it is rewritten), with the scan's own bounds. The PTX of real kernels is byte-identical with and
@@ -75,7 +76,8 @@ def _on() -> bool:
 def inline_function(self, caller_ir, block, i, function, arg_typs=None):
     """``InlineWorker.inline_function``: the callee's untyped IR made once per compile (per function and the worker's
     typing context, target context, locals, pipeline and flags), a shallow copy with a fresh ``FunctionIdentity`` for
-    each call site, inlined by numba-cuda-mlir's ``inline_ir`` as before."""
+    each call site, inlined by ``_inline_untyped`` (a typed inline, or with numba-cuda-mlir's inline debugging on, by
+    its ``inline_ir``)."""
     if not _on():
         return _ORIGINAL["inline_function"](self, caller_ir, block, i, function, arg_typs)
     from numba_cuda_mlir.numba_cuda.core import bytecode
@@ -91,7 +93,74 @@ def inline_function(self, caller_ir, block, i, function, arg_typs=None):
         self.flags.enable_ssa = False  # as run_untyped_passes(function) leaves the flags it is handed
         callee_ir = hit[0].copy()
         callee_ir.func_id = bytecode.FunctionIdentity.from_function(function)
-    return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
+    if self._permit_update_type_and_call_maps or arg_typs is not None or _debug_inline():  # numba-cuda-mlir's own
+        return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars, arg_typs=arg_typs)
+    return _inline_untyped(self, caller_ir, block, i, callee_ir, function.__code__.co_freevars)
+
+
+def _debug_inline() -> bool:
+    from numba_cuda_mlir.numba_cuda import config
+
+    return bool(getattr(config, "DEBUG_INLINE_CLOSURE", False))
+
+
+def _inline_untyped(self, caller_ir, block, i, callee_ir, callee_freevars):
+    """``InlineWorker.inline_ir`` for an untyped inline (no type or call maps to update), step by step the same,
+    with one copy of the callee's blocks instead of two: ``inline_ir`` also returns an unchanged second copy, which
+    ``InlineInlinables`` (the only caller of ``inline_function``) drops, so ``None`` stands in its place."""
+    import copy
+
+    from numba_cuda_mlir.numba_cuda.core import inline_closurecall as icc
+    from numba_cuda_mlir.numba_cuda.core import ir, ir_utils
+
+    kernel_copy = callee_ir.copy()
+    kernel_copy.blocks = {label: copy.deepcopy(blk) for label, blk in callee_ir.blocks.items()}
+    callee_ir = kernel_copy
+    if self.validator is not None:
+        self.validator(callee_ir)
+    scope = block.scope
+    instr = block.body[i]
+    call_expr = instr.value
+    callee_blocks = callee_ir.blocks
+    max_label = max(ir_utils._the_max_label.next(), max(caller_ir.blocks.keys()))
+    callee_blocks = icc.add_offset_to_labels(callee_blocks, max_label + 1)
+    callee_blocks = icc.simplify_CFG(callee_blocks)
+    callee_ir.blocks = callee_blocks
+    min_label = min(callee_blocks.keys())
+    max_label = max(callee_blocks.keys())
+    ir_utils._the_max_label.update(max_label)
+    callee_scopes = icc._get_all_scopes(callee_blocks)
+    assert len(callee_scopes) == 1
+    callee_scope = callee_scopes[0]
+    var_dict = {}
+    for var in tuple(callee_scope.localvars._con.values()):
+        if var.name not in callee_freevars:
+            inlined_name = icc._created_inlined_var_name(callee_ir.func_id.unique_name, var.name)
+            new_var = scope.redefine(inlined_name, loc=var.loc)
+            callee_scope.redefine(inlined_name, loc=var.loc)
+            var_dict[var.name] = new_var
+    icc.replace_vars(callee_blocks, var_dict)
+    args = icc._get_callee_args(call_expr, callee_ir.func_id.func, block.body[i].loc, caller_ir)
+    icc._replace_args_with(callee_blocks, args)
+    new_blocks = []
+    new_block = ir.Block(scope, block.loc)
+    new_block.body = block.body[i + 1:]
+    new_label = icc.next_label()
+    caller_ir.blocks[new_label] = new_block
+    new_blocks.append((new_label, new_block))
+    block.body = block.body[:i]
+    block.body.append(ir.Jump(min_label, instr.loc))
+    topo_order = icc.find_topo_order(callee_blocks)
+    icc._replace_returns(callee_blocks, instr.target, new_label)
+    if instr.target.name in caller_ir._definitions and call_expr in caller_ir._definitions[instr.target.name]:
+        caller_ir._definitions[instr.target.name].remove(call_expr)
+    for label in topo_order:
+        blk = callee_blocks[label]
+        blk.scope = scope
+        icc._add_definitions(caller_ir, blk)
+        caller_ir.blocks[label] = blk
+        new_blocks.append((label, blk))
+    return None, callee_blocks, var_dict, new_blocks
 
 
 def _stmt_names(stmt, cache: dict, ir) -> set:
