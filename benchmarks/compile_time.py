@@ -81,15 +81,24 @@ def stages_mlir(kernel, cc: tuple, memo: bool = False, fix: bool = False) -> dic
     with typing_memo.active() if memo else nullcontext(), mlir_fix.active() if fix else nullcontext():
         cres = c.jit(sig, **opts)(backend.rebind(kernel.pyfunc)).compile(sig)
     total = time.perf_counter() - t0
+    passes = _pass_seconds(cres)
+    back = sum(t for t, n in passes if n == "mlir_backend")
+    front = sum(t for t, n in passes) - back
+    return {"frontend_s": front, "nvvm_s": back, "link_s": total - front - back, "total_s": total,
+            "top_passes": _top_passes(passes)}
+
+
+def _pass_seconds(cres) -> list:
+    """(seconds, pass name) of each pass of a compile, costliest first (numba's ``pipeline_times``)."""
     passes = []
     for timings in cres.metadata.get("pipeline_times", {}).values():
         for name, v in timings.items():
             passes.append((v.init + v.run + v.finalize, name.split("_", 1)[-1]))
-    back = sum(t for t, n in passes if n == "mlir_backend")
-    front = sum(t for t, n in passes) - back
-    passes.sort(reverse=True)
-    return {"frontend_s": front, "nvvm_s": back, "link_s": total - front - back, "total_s": total,
-            "top_passes": "; ".join(f"{n} {s:.2f}" for s, n in passes[:5])}
+    return sorted(passes, reverse=True)
+
+
+def _top_passes(passes: list) -> str:
+    return "; ".join(f"{n} {s:.2f}" for s, n in passes[:5])
 
 
 def _parse_M(text: str) -> list[int]:
@@ -161,13 +170,8 @@ def stages(kernel, cc: tuple, memo: bool = False, dataflow: bool = False) -> dic
     t2 = time.perf_counter()
     lib.get_cubin(cc=cc3)
     t3 = time.perf_counter()
-    passes = []
-    for timings in cres.metadata.get("pipeline_times", {}).values():
-        for name, v in timings.items():
-            passes.append((v.init + v.run + v.finalize, name.split("_", 1)[-1]))
-    passes.sort(reverse=True)
     return {"frontend_s": t1 - t0, "nvvm_s": t2 - t1, "link_s": t3 - t2, "total_s": t3 - t0,
-            "top_passes": "; ".join(f"{n} {s:.2f}" for s, n in passes[:5])}
+            "top_passes": _top_passes(_pass_seconds(cres))}
 
 
 def main(argv=None) -> int:

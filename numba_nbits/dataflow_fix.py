@@ -32,12 +32,12 @@ scopes) and the simulator do not compile through them. Measured on the developme
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 import threading
 from collections import deque
 from contextlib import contextmanager
+
+from .lowering_fix import source_sha256
 
 #: sha256 of ``inspect.getsource`` of each numba-cuda function replaced or relied on, numba-cuda 0.30.4
 KNOWN_SOURCE_SHA256 = {
@@ -271,16 +271,18 @@ def compute_dead_maps(cfg, blocks, live_map, var_def_map):
     return analysis._dead_maps_result(internal=internal_dead_map, escaping=escaping_dead_map, combined=combined_map)
 
 
-def _stmt_names(stmt, cache: dict, ir) -> set:
-    """Every name a statement mentions (an assignment: its target and what the SSA handlers list of its value)."""
+def _stmt_names(stmt, cache: dict, kinds: tuple) -> set:
+    """Every name a statement mentions (an assignment: its target and what the SSA handlers list of its value);
+    ``kinds``: the IR's (assignment, instruction, variable) classes."""
     got = cache.get(id(stmt))
     if got is not None and got[0] is stmt:
         return got[1]
-    if isinstance(stmt, ir.assign_types):
+    assign_t, inst_t, var_t = kinds
+    if isinstance(stmt, assign_t):
         v = stmt.value
-        if isinstance(v, ir.inst_types):
+        if isinstance(v, inst_t):
             names = {x.name for x in v.list_vars()}
-        elif isinstance(v, ir.var_types):
+        elif isinstance(v, var_t):
             names = {v.name}
         else:
             names = set()
@@ -291,36 +293,35 @@ def _stmt_names(stmt, cache: dict, ir) -> set:
     return names
 
 
-def _run_ssa(blocks):
-    """``ssa._run_ssa`` with a cache of each statement's names for the rewrites below."""
-    if not _on():
-        return _ORIGINAL["_run_ssa"](blocks)
-    saved = getattr(_TLS, "ssa_names", None)
-    _TLS.ssa_names = {}
+def with_names_cache(tls, run_ssa, blocks):
+    """``run_ssa(blocks)`` (an ``ssa._run_ssa``) with ``tls.ssa_names``, the statement-name cache of
+    ``rewrite_mentioning``, fresh for the run (the outer one restored after)."""
+    saved = getattr(tls, "ssa_names", None)
+    tls.ssa_names = {}
     try:
-        return _ORIGINAL["_run_ssa"](blocks)
+        return run_ssa(blocks)
     finally:
-        _TLS.ssa_names = saved
+        tls.ssa_names = saved
 
 
-def _run_block_rewrite(blocks, states, handler):
-    """``ssa._run_block_rewrite``: the handler sees only the statements that mention ``states["varname"]`` (both
-    SSA handlers return any other statement unchanged); new blocks with the same statement objects otherwise."""
-    from numba.cuda.core import ir, ssa
-
-    cache = getattr(_TLS, "ssa_names", None)
-    if cache is None or not _on() or ssa._logger.isEnabledFor(logging.DEBUG):
-        return _ORIGINAL["_run_block_rewrite"](blocks, states, handler)
+def rewrite_mentioning(blocks, states, handler, block_cls, cache: dict, kinds: tuple, enter=None) -> dict:
+    """The SSA rewrite loop of ``ssa._run_block_rewrite`` (numba-cuda's, and numba-cuda-mlir's through ``mlir_fix``):
+    new blocks (``block_cls``) in which the handler saw only the statements that mention ``states["varname"]``
+    (both SSA handlers return any other statement unchanged), the other statement objects kept; ``enter(blk)`` is
+    called before each block's statements."""
     varname = states["varname"]
+    assign_t = kinds[0]
     newblocks = {}
     for label, blk in blocks.items():
-        newblk = ir.Block(scope=blk.scope, loc=blk.loc)
+        newblk = block_cls(scope=blk.scope, loc=blk.loc)
         states["label"] = label
         states["block"] = blk
+        if enter is not None:
+            enter(blk)
         newbody = []
         for stmt in blk.body:
-            if varname in _stmt_names(stmt, cache, ir):
-                if isinstance(stmt, ir.assign_types):
+            if varname in _stmt_names(stmt, cache, kinds):
+                if isinstance(stmt, assign_t):
                     stmt = handler.on_assign(states, stmt)
                 else:
                     stmt = handler.on_other(states, stmt)
@@ -329,6 +330,23 @@ def _run_block_rewrite(blocks, states, handler):
         newblk.body = newbody
         newblocks[label] = newblk
     return newblocks
+
+
+def _run_ssa(blocks):
+    """``ssa._run_ssa`` with a cache of each statement's names for the rewrites below."""
+    if not _on():
+        return _ORIGINAL["_run_ssa"](blocks)
+    return with_names_cache(_TLS, _ORIGINAL["_run_ssa"], blocks)
+
+
+def _run_block_rewrite(blocks, states, handler):
+    """``ssa._run_block_rewrite`` as ``rewrite_mentioning``."""
+    from numba.cuda.core import ir, ssa
+
+    cache = getattr(_TLS, "ssa_names", None)
+    if cache is None or not _on() or ssa._logger.isEnabledFor(logging.DEBUG):
+        return _ORIGINAL["_run_block_rewrite"](blocks, states, handler)
+    return rewrite_mentioning(blocks, states, handler, ir.Block, cache, (ir.assign_types, ir.inst_types, ir.var_types))
 
 
 def fixup_var_define_in_scope(blocks):
@@ -350,13 +368,6 @@ def fixup_var_define_in_scope(blocks):
         for var in used_var.keys():
             if var.name not in scope.localvars:
                 scope.localvars.define(var.name, var)
-
-
-def _source_sha256(obj) -> str | None:
-    try:
-        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
-    except (OSError, TypeError):
-        return None
 
 
 def _targets():
@@ -395,7 +406,7 @@ def install() -> bool:
             _state["reason"] = f"numba-cuda not importable: {e}"
             return False
         for key, module, attr, _ in targets:
-            if _source_sha256(getattr(module, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
+            if source_sha256(getattr(module, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
                 _state["reason"] = f"numba-cuda {version}: {key} is not the known one"
                 return False
         for key, module, attr, new in targets:

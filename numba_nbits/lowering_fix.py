@@ -27,7 +27,9 @@ _LOCK = threading.Lock()
 _state = {"done": False, "installed": False, "reason": "not tried"}
 
 
-def _source_sha256(fn) -> str | None:
+def source_sha256(fn) -> str | None:
+    """sha256 of ``inspect.getsource(fn)`` (None where there is no source): how this module, ``typing_memo``,
+    ``dataflow_fix`` and ``mlir_fix`` recognise the exact compiler functions they were written against."""
     try:
         return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
     except (OSError, TypeError):
@@ -80,7 +82,7 @@ def install() -> bool:
             _state["reason"] = f"numba-cuda not importable: {e}"
             return False
         original = getattr(lowering.Lower, "_find_singly_assigned_variable", None)
-        digest = _source_sha256(original) if original is not None else None
+        digest = source_sha256(original) if original is not None else None
         if digest is None or digest not in KNOWN_SOURCE_SHA256.values():
             _state["reason"] = f"numba-cuda {version}: Lower._find_singly_assigned_variable is not the known one"
             return False

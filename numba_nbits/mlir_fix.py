@@ -31,11 +31,12 @@ kernels) numba-cuda-mlir runs as shipped. Measured on the development machine: `
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 import threading
 from contextlib import contextmanager
+
+from .dataflow_fix import rewrite_mentioning, with_names_cache
+from .lowering_fix import source_sha256
 
 #: sha256 of ``inspect.getsource`` of each numba-cuda-mlir function replaced or relied on, numba-cuda-mlir 0.6.0
 KNOWN_SOURCE_SHA256 = {
@@ -174,69 +175,30 @@ def _inline_untyped(self, caller_ir, block, i, callee_ir, callee_freevars):
     return None, callee_blocks, var_dict, new_blocks
 
 
-def _stmt_names(stmt, cache: dict, ir) -> set:
-    """Every name a statement mentions (an assignment: its target and what the SSA handlers list of its value)."""
-    got = cache.get(id(stmt))
-    if got is not None and got[0] is stmt:
-        return got[1]
-    if isinstance(stmt, ir.Assign):
-        v = stmt.value
-        if isinstance(v, ir.Inst):
-            names = {x.name for x in v.list_vars()}
-        elif isinstance(v, ir.Var):
-            names = {v.name}
-        else:
-            names = set()
-        names.add(stmt.target.name)
-    else:
-        names = {x.name for x in stmt.list_vars()}
-    cache[id(stmt)] = (stmt, names)  # the statement kept alive with its id
-    return names
-
-
 def _run_ssa(blocks):
     """``ssa._run_ssa`` with a cache of each statement's names for the rewrites below."""
     if not _on():
         return _ORIGINAL["_run_ssa"](blocks)
-    saved = getattr(_TLS, "ssa_names", None)
-    _TLS.ssa_names = {}
-    try:
-        return _ORIGINAL["_run_ssa"](blocks)
-    finally:
-        _TLS.ssa_names = saved
+    return with_names_cache(_TLS, _ORIGINAL["_run_ssa"], blocks)
 
 
 def _run_block_rewrite(blocks, states, handler):
-    """``ssa._run_block_rewrite``: the handler sees only the statements that mention ``states["varname"]`` (both
-    SSA handlers return any other statement unchanged); new blocks with the same statement objects otherwise."""
+    """``ssa._run_block_rewrite`` as ``dataflow_fix.rewrite_mentioning``, with the position table of each block
+    being rewritten (``_stmt_index``) reset as the block is entered."""
     from numba_cuda_mlir.numba_cuda.core import ir, ssa
 
     cache = getattr(_TLS, "ssa_names", None)
     if cache is None or not _on() or ssa._logger.isEnabledFor(logging.DEBUG):
         return _ORIGINAL["_run_block_rewrite"](blocks, states, handler)
-    varname = states["varname"]
-    newblocks = {}
+
+    def enter(blk):
+        _TLS.positions = [blk, None]  # filled by _stmt_index when first asked
+
     saved = getattr(_TLS, "positions", None)
     try:
-        for label, blk in blocks.items():
-            newblk = ir.Block(scope=blk.scope, loc=blk.loc)
-            states["label"] = label
-            states["block"] = blk
-            _TLS.positions = [blk, None]  # filled by _stmt_index when first asked
-            newbody = []
-            for stmt in blk.body:
-                if varname in _stmt_names(stmt, cache, ir):
-                    if isinstance(stmt, ir.Assign):
-                        stmt = handler.on_assign(states, stmt)
-                    else:
-                        stmt = handler.on_other(states, stmt)
-                    assert stmt is not None
-                newbody.append(stmt)
-            newblk.body = newbody
-            newblocks[label] = newblk
+        return rewrite_mentioning(blocks, states, handler, ir.Block, cache, (ir.Assign, ir.Inst, ir.Var), enter)
     finally:
         _TLS.positions = saved
-    return newblocks
 
 
 def _stmt_index(self, defstmt, block, stop=-1):
@@ -323,13 +285,6 @@ def _strip_phi_nodes(self, func_ir):
     return func_ir
 
 
-def _source_sha256(obj) -> str | None:
-    try:
-        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
-    except (OSError, TypeError):
-        return None
-
-
 def _targets():
     """(key, owner, attribute, replacement or None) of each function checked."""
     from numba_cuda_mlir.numba_cuda.core import inline_closurecall as icc
@@ -371,7 +326,7 @@ def install() -> bool:
             _state["reason"] = f"numba-cuda-mlir not importable: {e}"
             return False
         for key, owner, attr, _ in targets:
-            if _source_sha256(getattr(owner, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
+            if source_sha256(getattr(owner, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
                 _state["reason"] = f"numba-cuda-mlir {version}: {key} is not the known one"
                 return False
         for key, owner, attr, new in targets:

@@ -23,10 +23,10 @@ same steps, its template order taken without numba's target lookup): ``install_m
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import threading
 from contextlib import contextmanager
+
+from .lowering_fix import source_sha256
 
 #: sha256 of ``inspect.getsource(numba.core.types.functions.BaseFunction.get_call_type)`` (numba 0.68.0 / 0.68.1)
 KNOWN_SOURCE_SHA256 = {"0.68": "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"}
@@ -82,34 +82,40 @@ def hits() -> int:
     return getattr(_TLS, "hits", 0)
 
 
-def _source_sha256(fn) -> str | None:
-    try:
-        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
-    except (OSError, TypeError):
-        return None
-
-
 def install() -> bool:
     """Wrap the method if it is the one this module was written against; True when the wrapper is in place.
     Idempotent and thread-safe; ``status()`` says why not."""
+
+    def load():
+        import numba
+        from numba.core.types import functions
+
+        return f"numba {numba.__version__}", functions
+
+    return _install(_state, "numba", load, KNOWN_SOURCE_SHA256, _memo_get_call_type)
+
+
+def _install(state: dict, name: str, load, known: dict, wrapper) -> bool:
+    """``install`` / ``install_mlir``: ``load()`` imports package ``name`` and gives (its name and version, its
+    types.functions module), whose ``BaseFunction.get_call_type`` is wrapped by ``wrapper`` if its source hash is among
+    ``known``'s."""
     with _LOCK:
-        if _state["done"]:
-            return _state["installed"]
-        _state["done"] = True
+        if state["done"]:
+            return state["installed"]
+        state["done"] = True
         try:
-            import numba
-            from numba.core.types import functions
+            who, functions = load()
         except ImportError as e:
-            _state["reason"] = f"numba not importable: {e}"
+            state["reason"] = f"{name} not importable: {e}"
             return False
         original = functions.BaseFunction.get_call_type
-        if _source_sha256(original) not in KNOWN_SOURCE_SHA256.values():
-            _state["reason"] = f"numba {numba.__version__}: BaseFunction.get_call_type is not the known one"
+        if source_sha256(original) not in known.values():
+            state["reason"] = f"{who}: BaseFunction.get_call_type is not the known one"
             return False
-        _state["original"] = original
-        functions.BaseFunction.get_call_type = _memo_get_call_type
-        _state["installed"] = True
-        _state["reason"] = f"installed on numba {numba.__version__}"
+        state["original"] = original
+        functions.BaseFunction.get_call_type = wrapper
+        state["installed"] = True
+        state["reason"] = f"installed on {who}"
         return True
 
 
@@ -120,25 +126,14 @@ def status() -> str:
 
 def install_mlir() -> bool:
     """``install()`` for numba-cuda-mlir's copy of the method; ``mlir_status()`` says why not."""
-    with _LOCK:
-        if _mlir_state["done"]:
-            return _mlir_state["installed"]
-        _mlir_state["done"] = True
-        try:
-            from numba_cuda_mlir import __version__ as version
-            from numba_cuda_mlir.numba_cuda.types import functions
-        except ImportError as e:
-            _mlir_state["reason"] = f"numba-cuda-mlir not importable: {e}"
-            return False
-        original = functions.BaseFunction.get_call_type
-        if _source_sha256(original) not in KNOWN_MLIR_SOURCE_SHA256.values():
-            _mlir_state["reason"] = f"numba-cuda-mlir {version}: BaseFunction.get_call_type is not the known one"
-            return False
-        _mlir_state["original"] = original
-        functions.BaseFunction.get_call_type = _memo_get_call_type_mlir
-        _mlir_state["installed"] = True
-        _mlir_state["reason"] = f"installed on numba-cuda-mlir {version}"
-        return True
+
+    def load():
+        from numba_cuda_mlir import __version__ as version
+        from numba_cuda_mlir.numba_cuda.types import functions
+
+        return f"numba-cuda-mlir {version}", functions
+
+    return _install(_mlir_state, "numba-cuda-mlir", load, KNOWN_MLIR_SOURCE_SHA256, _memo_get_call_type_mlir)
 
 
 def mlir_status() -> str:

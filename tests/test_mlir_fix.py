@@ -24,6 +24,7 @@ _fake_device()
 from numba import cuda
 from numba.cuda import types
 from numba_nbits import backend, mlir_fix, typing_memo
+from numba_nbits.lowering_fix import source_sha256
 from numba_nbits.kernels.dequant import dequant_kernel
 from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
 from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
@@ -85,10 +86,10 @@ def ptx(k, fixed):
 
 
 changed = [key for key, owner, attr, _ in mlir_fix._targets()
-           if mlir_fix._source_sha256(getattr(owner, attr)) != mlir_fix.KNOWN_SOURCE_SHA256[key]]
+           if source_sha256(getattr(owner, attr)) != mlir_fix.KNOWN_SOURCE_SHA256[key]]
 from numba_cuda_mlir.numba_cuda.types import functions
 known_typing = typing_memo.KNOWN_MLIR_SOURCE_SHA256.values()
-if typing_memo._source_sha256(functions.BaseFunction.get_call_type) not in known_typing:
+if source_sha256(functions.BaseFunction.get_call_type) not in known_typing:
     changed.append("BaseFunction.get_call_type")
 if changed:  # another numba-cuda-mlir release: its functions are left alone
     print("SKIP numba-cuda-mlir's", ", ".join(changed), "not the known ones"); raise SystemExit(0)
