@@ -869,10 +869,13 @@ class _GraphDriver:
         return e
 
 
-def _graph_exec_with(monkeypatch, drv):
+def _graph_exec_with(monkeypatch, drv, lean=None):
+    """``graphs`` with the fake driver ``drv`` and, for its launches, the fake lean driver ``lean`` (None: the
+    ``CUresult``-returning calls of ``drv``)."""
     from numba_nbits import graphs as graph_exec
 
     monkeypatch.setattr(graph_exec, "_drv", lambda: drv)
+    monkeypatch.setattr(graph_exec, "lean_driver", lambda: lean)
     monkeypatch.setattr(graph_exec, "simulated", lambda: False)
     monkeypatch.setattr(graph_exec, "_capture_stream", lambda: 0xCA)
     monkeypatch.setattr(launch_driver, "_drv", lambda: drv)  # check() names errors through it
@@ -914,6 +917,108 @@ def test_call_graph_ends_the_capture_when_fn_raises_and_reports_driver_errors(mo
     g = ge.CallGraph(lambda s: None)
     with pytest.raises(RuntimeError, match=r"cuGraphLaunch failed: CUDA_ERROR_FAKE \(1\)"):
         g(7)
+
+
+class _LeanDriver:
+    """The integer-handle driver calls (``launch.driver.lean_driver``) the package makes, recorded; a launch
+    into stream ``fail_stream`` raises its ``DriverError``."""
+
+    class DriverError(Exception):
+        pass
+
+    def __init__(self, log, fail_stream=None, capture_status=0):
+        self.log, self.fail_stream, self.capture_status = log, fail_stream, capture_status
+
+    def graph_launch(self, ex, s):
+        assert type(ex) is int and type(s) is int, (ex, s)  # plain integer handles, nothing built per call
+        self.log.append(("lean launch", ex, s))
+        if s == self.fail_stream:
+            raise self.DriverError("CUDA_ERROR_INVALID_HANDLE: invalid resource handle")
+
+    def stream_is_capturing(self, s):
+        self.log.append(("lean capturing?", s))
+        if isinstance(self.capture_status, Exception):
+            raise self.capture_status
+        return self.capture_status
+
+
+class _IntHandleGraphDriver(_GraphDriver):
+    """``_GraphDriver`` whose executable graph is the integer handle 0xE1 (what ``int()`` of a real one gives)."""
+
+    def cuGraphInstantiate(self, g, flags):
+        return self._answer(("instantiate", g), 0xE1)
+
+
+def test_call_graph_launches_through_the_lean_driver_and_names_its_errors(monkeypatch):
+    drv = _IntHandleGraphDriver()
+    lean = _LeanDriver(drv.log, fail_stream=7)
+    ge = _graph_exec_with(monkeypatch, drv, lean)
+    g = ge.CallGraph(lambda s: None)
+    g(0)
+    g(0x55)
+    assert drv.log[-2:] == [("lean launch", 0xE1, 0), ("lean launch", 0xE1, 0x55)]
+    assert not any(isinstance(e, tuple) and e[0] == "launch" for e in drv.log)  # never the CUresult call
+    with pytest.raises(RuntimeError, match=r"cuGraphLaunch failed: CUDA_ERROR_INVALID_HANDLE"):
+        g(7)
+    g.close()
+    assert drv.log[-2:] == [("destroy_exec", 0xE1), ("destroy", "G")]
+
+
+class _CaptureQueryDriver:
+    """``cuStreamIsCapturing`` as cuda-bindings answers it: ``(CUresult, status)``, statuses as an enum."""
+
+    def __init__(self, answers):
+        import types as pytypes
+
+        self.answers, self.calls = list(answers), []
+        self.CUstreamCaptureStatus = pytypes.SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0)
+
+    def CUstream(self, h):
+        return ("CUstream", h)
+
+    def cuStreamIsCapturing(self, s):
+        self.calls.append(s)
+        return self.answers.pop(0)
+
+
+def test_is_capturing_takes_the_lean_query_after_the_first_answer(monkeypatch):
+    """The first query goes through ``cuStreamIsCapturing`` (with its context and error handling); from then on
+    ``is_capturing`` asks the lean driver's ``stream_is_capturing`` and answers from its status; a query the
+    lean call cannot answer (it raises) goes the general way again."""
+    log = []
+    lean = _LeanDriver(log, capture_status=0)
+    drv = _CaptureQueryDriver([(0, 0), (0, 1)])
+    monkeypatch.setattr(launch_driver, "_SIMULATED", False)
+    monkeypatch.setattr(launch_driver, "_drv", lambda: drv)
+    monkeypatch.setattr(launch_driver, "_LEAN", lean)
+    monkeypatch.setattr(launch_driver, "_IS_CAPTURING", None)
+    assert launch_driver.is_capturing(0x55) is False
+    assert drv.calls == [("CUstream", 0x55)] and log == []
+    assert launch_driver._IS_CAPTURING == lean.stream_is_capturing
+    assert launch_driver.is_capturing(0x56) is False
+    lean.capture_status = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+    assert launch_driver.is_capturing(0x57) is True
+    lean.capture_status = 2  # CU_STREAM_CAPTURE_STATUS_INVALIDATED: still inside a capture sequence
+    assert launch_driver.is_capturing(0x58) is True
+    assert log == [("lean capturing?", 0x56), ("lean capturing?", 0x57), ("lean capturing?", 0x58)]
+    lean.capture_status = lean.DriverError("CUDA_ERROR_INVALID_CONTEXT")
+    assert launch_driver.is_capturing(0x59) is True  # the general query's answer, (0, 1)
+    assert drv.calls == [("CUstream", 0x55), ("CUstream", 0x59)] and drv.answers == []
+
+
+def test_lean_driver_is_the_integer_handle_module_or_none(monkeypatch):
+    """``lean_driver()`` is cuda-bindings' ``_v2`` driver module where it has the three calls the package uses
+    (cuda-bindings 13.5 has), else None, looked up once."""
+    monkeypatch.setattr(launch_driver, "_LEAN", None)
+    d = launch_driver.lean_driver()
+    try:
+        from cuda.bindings._v2 import driver as v2
+    except ImportError:
+        assert d is None
+    else:
+        assert d is v2 and callable(d.graph_launch) and callable(d.stream_is_capturing)
+    monkeypatch.setattr(launch_driver, "_LEAN", False)
+    assert launch_driver.lean_driver() is None
 
 
 def test_call_graph_refuses_the_simulator():
