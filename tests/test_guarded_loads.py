@@ -90,17 +90,28 @@ def test_simulated_kernels_reject_negative_indices(mode):
 
 # -------------------------------------------------------------------------- code generation
 
-_PROBE = r'''
+# The two probes below compile with the compiler ``NUMBA_NBITS_BACKEND`` names in a process of their own (the
+# suite's process runs the simulator); each test runs them once per compiler (``COMPILERS``), skipping numba-cuda
+# where it cannot compile (numpy >= 2.5) and numba-cuda-mlir where it is not installed.
+_PROBE_HEAD = r'''
 import json, os, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+try:
+    from benchmarks.ptx_stats import _fake_device
+    _fake_device()  # device-function lookups ask for the current device: a cc-9.0 stand-in without a GPU
+    from numba_nbits import backend
+except Exception as e:  # no CUDA target at all
+    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
+if backend.compiler() == "numba" and not backend.numba_can_compile():
+    import numpy
+    print(json.dumps({"skip": f"numba-cuda does not compile under numpy {numpy.__version__}"})); sys.exit(0)
+'''
+
+_PROBE = _PROBE_HEAD + r'''
 import numpy as np
 from numba import cuda
 from numba.cuda import types
-try:
-    from numba.cuda.compiler import compile_cuda
-    from numba_nbits.kernels.intrinsics import ldg_v4
-except Exception as e:  # no CUDA target at all
-    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
+from numba_nbits.kernels.intrinsics import ldg_v4
 
 
 def k(arr, out, n_full, n_st, base):
@@ -123,11 +134,14 @@ def k(arr, out, n_full, n_st, base):
 
 sig = (types.Array(types.uint32, 1, "C"), types.Array(types.uint32, 1, "C"), types.int64, types.int64, types.int64)
 try:
-    cres = compile_cuda(k, types.void, sig, cc=(9, 0))
-    ptx, _ = cuda.compile_ptx(k, types.void(*sig), cc=(9, 0))
+    ptx = backend.compile_ptx(k, sig, (9, 0))
+    ir_calls = None  # numba-cuda-mlir: no LLVM IR of its own to read; the PTX below decides
+    if backend.compiler() == "numba":
+        from numba.cuda.compiler import compile_cuda
+        llvm = compile_cuda(k, types.void, sig, cc=(9, 0)).library.get_llvm_str()
+        ir_calls = [l for l in llvm.splitlines() if "ld.global.nc" in l and "call" in l]
 except Exception as e:  # NVVM missing
     print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
-ir_calls = [l for l in cres.library.get_llvm_str().splitlines() if "ld.global.nc" in l and "call" in l]
 body = [l.strip() for l in ptx[ptx.find(".entry"):].splitlines()]
 labels = {l[:-1]: i for i, l in enumerate(body) if l.startswith("$L") and l.endswith(":")}
 loops = []  # (header, backward branch) line ranges
@@ -142,38 +156,35 @@ print(json.dumps({"ir_calls": ir_calls, "loads": len(loads), "loops": len(loops)
 '''
 
 
-def test_ldg_v4_is_not_speculated():
+COMPILERS = ["numba", "mlir"]
+
+
+def _probe_env(compiler: str) -> dict:
+    if compiler == "mlir":
+        pytest.importorskip("numba_cuda_mlir")
+    return dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler, PYTHONPATH=pythonpath_with(ROOT))
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_ldg_v4_is_not_speculated(compiler):
     """Every source ``ldg_v4`` of the probe sits inside the loop behind a stage guard, so a load in
-    the PTX outside the loop was speculated past its guard (what faulted on the H200)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(ROOT))
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=300)
+    the PTX outside the loop was speculated past its guard (what faulted on the H200). Under numba-cuda the
+    LLVM IR's calls are side-effecting asm as well (what keeps NVVM from hoisting them)."""
+    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=_probe_env(compiler),
+                       timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     if "skip" in res:
         pytest.skip(f"cannot compile for the CUDA target here: {res['skip']}")
     assert res["loops"] >= 1 and res["loads"] >= 2, res
     assert not res["outside"], f"ld.global.nc hoisted out of its guarded loop: {res['outside']}"
-    assert res["ir_calls"] and all("asm sideeffect" in c for c in res["ir_calls"]), res["ir_calls"]
+    if compiler == "numba":
+        assert res["ir_calls"] and all("asm sideeffect" in c for c in res["ir_calls"]), res["ir_calls"]
 
 
-_GEMM_PROBE = r'''
-import json, os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-try:
-    from numba import cuda
-    from numba.cuda import types
-    import numba.cuda.dispatcher as D
-    from numba_nbits.kernels import mixed_gemm as X
-    from numba_nbits.kernels.mixed_gemm.source import gen_source
-except Exception as e:
-    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
-
-
-class _Dev:  # device functions (LOADS/STORES) ask for the current device's compute capability
-    compute_capability = (9, 0)
-
-
-D.get_current_device = lambda: _Dev()
+_GEMM_PROBE = _PROBE_HEAD + r'''
+from numba_nbits.kernels import mixed_gemm as X
+from numba_nbits.kernels.mixed_gemm.source import gen_source
 out = []
 for act, tac, bs, zp, bias, arch, bits in json.loads(sys.argv[1]):
     t = X.TACTICS[tac] if isinstance(tac, str) else X.Tactic("probe", 4, 1, 2, 2, splitk=tac)
@@ -181,7 +192,7 @@ for act, tac, bs, zp, bias, arch, bits in json.loads(sys.argv[1]):
     sites = src[:src.index("while st < st_end")].count("ldg_v4(")
     k = X.mixed_gemm_kernel(act, t, bs, zp, bias, arch, bits)
     try:
-        ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0))
+        ptx = backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0))
     except Exception as e:
         print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
     body = ptx[ptx.find(".entry"):]
@@ -201,13 +212,13 @@ GEMM_CONFIGS = [
 ]
 
 
-def test_mixed_gemm_loads_stay_behind_their_guards():
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_mixed_gemm_loads_stay_behind_their_guards(compiler):
     """Before its k-stage loop (the first barrier) the kernel may issue only the loads its prologue
     source has: the 8-bit arch-80 kernels had two more, the half-chunk loads hoisted out of the loop
     unguarded (one per weight tile; past the end of B for the last tile when K % 64 == 0)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(ROOT))
     r = subprocess.run([sys.executable, "-c", _GEMM_PROBE, json.dumps(GEMM_CONFIGS)], capture_output=True,
-                       text=True, env=env, timeout=600)
+                       text=True, env=_probe_env(compiler), timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     if isinstance(res, dict):

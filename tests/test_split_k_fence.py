@@ -1,10 +1,11 @@
-"""The split-K kernels (the tensor-core GEMV and the mixed GEMM) compile with numba-cuda and fence their
-partial sums: ``intrinsics.threadfence`` lowers to ``membar.gl`` before the arrival counter's atomic and again
-before the last CTA reads the other CTAs' slices.
+"""The split-K kernels (the tensor-core GEMV and the mixed GEMM) fence their partial sums under both compilers:
+``intrinsics.threadfence`` lowers to ``membar.gl`` before the arrival counter's atomic and again before the last
+CTA reads the other CTAs' slices.
 
-The suite runs on numba's simulator, which does not compile, so numba-cuda's compiler runs in a process of its
-own (``NUMBA_ENABLE_CUDASIM=0``; without a GPU the current-device query is answered with compute capability
-9.0, ``benchmarks/ptx_stats.py``). Only PTX is produced: no GPU is needed.
+The suite runs on numba's simulator, which does not compile, so the compiler runs in a process of its own
+(``NUMBA_ENABLE_CUDASIM=0``, ``NUMBA_NBITS_BACKEND`` = numba or mlir; without a GPU the current-device query is
+answered with compute capability 9.0, ``benchmarks/ptx_stats.py``). Only PTX is produced: no GPU is needed.
+numba-cuda's case is skipped where it cannot compile (numpy >= 2.5), numba-cuda-mlir's where it is not installed.
 """
 from __future__ import annotations
 
@@ -24,14 +25,12 @@ import dataclasses, json, sys
 try:
     from benchmarks.ptx_stats import _fake_device
     _fake_device()
-    from numba import cuda
-    from numba.cuda import types
 except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
     print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
-from numba_nbits.backend import numba_can_compile
-if not numba_can_compile():  # numba-cuda 0.30 imports but cannot compile with numpy >= 2.5
+from numba_nbits import backend
+if backend.compiler() == "numba" and not backend.numba_can_compile():  # numba-cuda 0.30 cannot with numpy >= 2.5
     import numpy
-    print(json.dumps({"skip": f"numpy {numpy.__version__}"})); sys.exit(0)
+    print(json.dumps({"skip": f"numba-cuda does not compile under numpy {numpy.__version__}"})); sys.exit(0)
 from numba_nbits.kernels.gemv import mma, tactics
 from numba_nbits.kernels.mixed_gemm import plan, tactics as mt
 out = {}
@@ -41,20 +40,23 @@ t = next(t for t in mt.TACTICS.values() if t.splitk != 1)
 t = dataclasses.replace(t, splitk=2) if t.splitk == 0 else t  # 0: chosen per problem
 kernels.append(plan.mixed_gemm_kernel("bfloat16", t, 64, "packed", False, 80, 4))
 for k in kernels:
-    ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0))
+    ptx = backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0))
     body = ptx[ptx.index(".entry"):]
     out[k.name] = [body.count("membar.gl"), body.count("atom.global.add"), body.index("membar.gl") < body.index("atom.global.add")]
 print(json.dumps(out))
 '''
 
 
-def test_split_k_kernels_compile_and_fence():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="numba",
+@pytest.mark.parametrize("compiler", ["numba", "mlir"])
+def test_split_k_kernels_compile_and_fence(compiler):
+    if compiler == "mlir":
+        pytest.importorskip("numba_cuda_mlir")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler,
                PYTHONPATH=pythonpath_with(ROOT))
     r = subprocess.run([sys.executable, "-c", _PROG], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     if "skip" in res:
-        pytest.skip(f"numba-cuda does not compile here: {res['skip']}")
+        pytest.skip(f"{compiler} does not compile here: {res['skip']}")
     assert res == {"gemv_mma_w4_float16_mt1_t1w8u2k2_b32_none": [2, 1, True],
                    next(k for k in res if k.startswith("mixed_gemm_w4_bfloat16")): [2, 1, True]}, res
