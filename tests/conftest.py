@@ -177,6 +177,36 @@ def ir(k):
 '''
 
 
+#: The start of a script that compiles to PTX with the compiler ``NUMBA_NBITS_BACKEND`` names (numba or mlir) in a
+#: process of its own (``offline_ptx_env``), through ``numba_nbits.backend.compile_ptx``: answers the current-device
+#: query with compute capability 9.0 without a GPU (``benchmarks.ptx_stats._fake_device``) and prints
+#: ``{"skip": ...}`` and exits where that compiler cannot run here (numba-cuda with numpy >= 2.5).
+OFFLINE_PTX_PREAMBLE = r'''
+import json, os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+try:
+    from benchmarks.ptx_stats import _fake_device
+    _fake_device()
+    from numba_nbits import backend
+except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
+    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
+if backend.compiler() == "numba" and not backend.numba_can_compile():  # numba-cuda 0.30 cannot with numpy >= 2.5
+    import numpy
+    print(json.dumps({"skip": f"numba-cuda does not compile under numpy {numpy.__version__}"})); sys.exit(0)
+'''
+
+
+def offline_ptx_env(compiler: str) -> dict:
+    """The environment of an ``OFFLINE_PTX_PREAMBLE`` script compiling with ``compiler`` ("numba" or "mlir"; the test
+    is skipped when numba-cuda-mlir is asked for and not installed), the repository first on ``PYTHONPATH``."""
+    from pathlib import Path
+
+    if compiler == "mlir":
+        pytest.importorskip("numba_cuda_mlir")
+    return dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler,
+                PYTHONPATH=pythonpath_with(Path(__file__).resolve().parents[1]))
+
+
 def run_offline_ir_script(body: str, timeout: int) -> str:
     """Run ``OFFLINE_IR_PREAMBLE + body`` with numba-cuda as the compiler (``NUMBA_ENABLE_CUDASIM=0``,
     ``NUMBA_NBITS_BACKEND=numba``) and the repository first on ``PYTHONPATH``; its standard output. The test fails on a

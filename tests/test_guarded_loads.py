@@ -12,14 +12,13 @@ kernel with the same shape (no GPU needed, only NVVM) and fails on the old intri
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pythonpath_with
+from conftest import OFFLINE_PTX_PREAMBLE, offline_ptx_env
 from numba import cuda
 
 from numba_nbits.kernels import intrinsics as K
@@ -90,24 +89,9 @@ def test_simulated_kernels_reject_negative_indices(mode):
 
 # -------------------------------------------------------------------------- code generation
 
-# The two probes below compile with the compiler ``NUMBA_NBITS_BACKEND`` names in a process of their own (the
-# suite's process runs the simulator); each test runs them once per compiler (``COMPILERS``), skipping numba-cuda
-# where it cannot compile (numpy >= 2.5) and numba-cuda-mlir where it is not installed.
-_PROBE_HEAD = r'''
-import json, os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-try:
-    from benchmarks.ptx_stats import _fake_device
-    _fake_device()  # device-function lookups ask for the current device: a cc-9.0 stand-in without a GPU
-    from numba_nbits import backend
-except Exception as e:  # no CUDA target at all
-    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
-if backend.compiler() == "numba" and not backend.numba_can_compile():
-    import numpy
-    print(json.dumps({"skip": f"numba-cuda does not compile under numpy {numpy.__version__}"})); sys.exit(0)
-'''
-
-_PROBE = _PROBE_HEAD + r'''
+# The two probes below compile with numba-cuda and with numba-cuda-mlir (``COMPILERS``), each in a process of its
+# own (the suite's process runs the simulator): ``conftest.OFFLINE_PTX_PREAMBLE`` / ``offline_ptx_env``.
+_PROBE = OFFLINE_PTX_PREAMBLE + r'''
 import numpy as np
 from numba import cuda
 from numba.cuda import types
@@ -159,18 +143,12 @@ print(json.dumps({"ir_calls": ir_calls, "loads": len(loads), "loops": len(loops)
 COMPILERS = ["numba", "mlir"]
 
 
-def _probe_env(compiler: str) -> dict:
-    if compiler == "mlir":
-        pytest.importorskip("numba_cuda_mlir")
-    return dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler, PYTHONPATH=pythonpath_with(ROOT))
-
-
 @pytest.mark.parametrize("compiler", COMPILERS)
 def test_ldg_v4_is_not_speculated(compiler):
     """Every source ``ldg_v4`` of the probe sits inside the loop behind a stage guard, so a load in
     the PTX outside the loop was speculated past its guard (what faulted on the H200). Under numba-cuda the
     LLVM IR's calls are side-effecting asm as well (what keeps NVVM from hoisting them)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=_probe_env(compiler),
+    r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=offline_ptx_env(compiler),
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -182,7 +160,7 @@ def test_ldg_v4_is_not_speculated(compiler):
         assert res["ir_calls"] and all("asm sideeffect" in c for c in res["ir_calls"]), res["ir_calls"]
 
 
-_GEMM_PROBE = _PROBE_HEAD + r'''
+_GEMM_PROBE = OFFLINE_PTX_PREAMBLE + r'''
 from numba_nbits.kernels import mixed_gemm as X
 from numba_nbits.kernels.mixed_gemm.source import gen_source
 out = []
@@ -218,7 +196,7 @@ def test_mixed_gemm_loads_stay_behind_their_guards(compiler):
     source has: the 8-bit arch-80 kernels had two more, the half-chunk loads hoisted out of the loop
     unguarded (one per weight tile; past the end of B for the last tile when K % 64 == 0)."""
     r = subprocess.run([sys.executable, "-c", _GEMM_PROBE, json.dumps(GEMM_CONFIGS)], capture_output=True,
-                       text=True, env=_probe_env(compiler), timeout=900, cwd=ROOT)
+                       text=True, env=offline_ptx_env(compiler), timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     if isinstance(res, dict):

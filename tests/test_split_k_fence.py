@@ -10,27 +10,17 @@ numba-cuda's case is skipped where it cannot compile (numpy >= 2.5), numba-cuda-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import pythonpath_with
+from conftest import OFFLINE_PTX_PREAMBLE, offline_ptx_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_PROG = r'''
-import dataclasses, json, sys
-try:
-    from benchmarks.ptx_stats import _fake_device
-    _fake_device()
-except (ImportError, AttributeError) as e:  # numba-cuda cannot run with this numpy (numba-cuda-mlir's users)
-    print(json.dumps({"skip": f"{type(e).__name__}: {e}"})); sys.exit(0)
-from numba_nbits import backend
-if backend.compiler() == "numba" and not backend.numba_can_compile():  # numba-cuda 0.30 cannot with numpy >= 2.5
-    import numpy
-    print(json.dumps({"skip": f"numba-cuda does not compile under numpy {numpy.__version__}"})); sys.exit(0)
+_PROG = OFFLINE_PTX_PREAMBLE + r'''
+import dataclasses
 from numba_nbits.kernels.gemv import mma, tactics
 from numba_nbits.kernels.mixed_gemm import plan, tactics as mt
 out = {}
@@ -49,11 +39,8 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("compiler", ["numba", "mlir"])
 def test_split_k_kernels_compile_and_fence(compiler):
-    if compiler == "mlir":
-        pytest.importorskip("numba_cuda_mlir")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler,
-               PYTHONPATH=pythonpath_with(ROOT))
-    r = subprocess.run([sys.executable, "-c", _PROG], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", _PROG], env=offline_ptx_env(compiler), capture_output=True, text=True,
+                       timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     if "skip" in res:

@@ -127,8 +127,10 @@ def _is_capturing(stream_handle: int) -> bool:
     if int(res[0]) == _CUDA_ERROR_NOT_INITIALIZED:
         return False
     status = check(res, "cuStreamIsCapturing")
-    if _IS_CAPTURING is None and lean_driver() is not None:
-        _IS_CAPTURING = lean_driver().stream_is_capturing
+    if _IS_CAPTURING is None:
+        lean = lean_driver()
+        if lean is not None:
+            _IS_CAPTURING = lean.stream_is_capturing
     return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
