@@ -5,6 +5,7 @@ No GPU and no kernel launch: these exercise the pure parts of ``numba_nbits.perf
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -348,7 +349,7 @@ def test_ort_model_matches_oracle_on_cpu(zp, bias):
     """The one-node model the ORT CUDA peer runs is well-formed: ORT's CPU EP reproduces the oracle."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from numba_nbits.perf.peers import matmulnbits_model
+    from numba_nbits.perf.ort_peer import matmulnbits_model
     from numba_nbits.perf.subjects import random_activation, random_weights
     from numba_nbits.reference import matmul_nbits_ref, relative_error
 
@@ -359,6 +360,77 @@ def test_ort_model_matches_oracle_on_cpu(zp, bias):
     (Y,) = sess.run(None, {"A": A})
     ref = matmul_nbits_ref(A, w.B, w.scales, w.zero_points, None, w.bias, K=64, N=24, bits=4, block_size=32)
     assert relative_error(Y, ref) < 1e-5
+
+
+def test_ort_kernel_time_counts_ort_kernels_not_memsets_or_copies():
+    from numba_nbits.perf.ort_peer import kernel_us
+
+    ev = [("gemv_kernel", 2.0), ("Memset (Device)", 5.0), ("Memcpy DtoD (Device -> Device)", 1.0), ("cutlass", 3.5)]
+    assert kernel_us(ev) == 5.5 and kernel_us([]) == 0.0
+
+
+def test_ort_environ_sets_then_restores(monkeypatch):
+    from numba_nbits.perf.ort_peer import FPA_INTB_ENV, environ
+
+    monkeypatch.delenv(FPA_INTB_ENV, raising=False)
+    monkeypatch.setenv("NB_TEST_KEEP", "a")
+    with environ({FPA_INTB_ENV: "1", "NB_TEST_KEEP": "b"}):
+        assert os.environ[FPA_INTB_ENV] == "1" and os.environ["NB_TEST_KEEP"] == "b"
+    assert FPA_INTB_ENV not in os.environ and os.environ["NB_TEST_KEEP"] == "a"
+
+
+def test_ort_peer_times_each_run_after_an_l2_flush_with_its_mode_set(monkeypatch):
+    """``OrtCuda.time``: per sample, RUNS_PER_SAMPLE runs each after a flush of the whole flush buffer, ORT's
+    kernel time per run (memsets not counted), the mode's environment set while ORT runs; no kernel: an error."""
+    from numba_nbits.perf import ort_peer
+
+    log = []
+
+    class Drv:
+        def CUdeviceptr(self, p):
+            return p
+
+        def cuMemsetD8(self, ptr, value, n):
+            log.append(("flush", ptr, n))
+
+        def cuCtxSynchronize(self):
+            pass
+
+    class Sess:
+        def run_with_iobinding(self, io):
+            log.append(("run", os.environ.get(ort_peer.FPA_INTB_ENV)))
+
+    peer = object.__new__(ort_peer.OrtCuda)
+    peer.route, peer.env, peer.sess, peer.io = "ort_fpA_intB", ort_peer.MODES["ort_fpA_intB"], Sess(), None
+    peer._flush = type("B", (), {"ptr": 4096, "nbytes": 1 << 20})()
+    per_run = iter([2.0, 2.5, 3.0, 2.25, 2.75])
+
+    def fake_events(runs):
+        log.clear()
+        runs()
+        us = next(per_run) * ort_peer.RUNS_PER_SAMPLE
+        return [("Memset (Device)", 100.0), ("fpA_intB_gemv", us - 1.0), ("bias", 1.0)]
+
+    monkeypatch.setattr(ort_peer, "cupti_events", fake_events)
+    monkeypatch.delenv(ort_peer.FPA_INTB_ENV, raising=False)
+    out = peer.time(type("Bk", (), {"d": Drv()})())
+    assert log == [("flush", 4096, 1 << 20), ("run", "1")] * ort_peer.RUNS_PER_SAMPLE
+    assert out["us_p50"] == 2.5 and out["timing"] == "cupti" and out["samples"] == ort_peer.SAMPLES
+    assert ort_peer.FPA_INTB_ENV not in os.environ
+    monkeypatch.setattr(ort_peer, "cupti_events", lambda runs: [("Memset (Device)", 3.0)])
+    with pytest.raises(RuntimeError, match="no ORT kernel"):
+        peer.time(type("Bk", (), {"d": Drv()})())
+
+
+def test_ort_subjects_note_why_they_are_absent(monkeypatch):
+    from numba_nbits.perf import ort_peer
+
+    notes = []
+    monkeypatch.setattr(ort_peer, "ort_cuda_available", lambda: False)
+    assert ort_peer.ort_subjects(None, 1, None, None, notes, 1) == [] and "reference rows" in notes[-1][1]
+    monkeypatch.setattr(ort_peer, "ort_cuda_available", lambda: True)
+    monkeypatch.setattr(ort_peer, "cupti_available", lambda: "torch's CUDA profiler (CUPTI) not available")
+    assert ort_peer.ort_subjects(None, 1, None, None, notes, 1) == [] and "CUPTI" in notes[-1][1]
 
 
 def test_random_weights_layouts():
@@ -681,6 +753,18 @@ def test_gemv_grid_plan_is_the_gemv_issue_grid():
         cli.parse(["--quick", "--plan", "gemv-grid"])
     s = cli.parse(["--plan", "gemv-grid", "--shard", "1/4"])
     assert cli.shard_meta(s)["shard"]["plan"] == "gemv-grid"
+
+
+def test_readme_plan_is_what_the_readme_section_shows():
+    from numba_nbits.perf.report import README_MS
+
+    cases = shapes.expand(shapes.README_PLAN)
+    assert len(cases) == 76 and {c.M for c in cases} == set(README_MS) == {1, 16, 256, 4096}
+    assert {(c.bits, c.dtype, c.zp) for c in cases} == {(4, "float16", "none")}
+    assert [c.block for c in cases[:36]] == [128] * 36 and {c.block for c in cases[36:]} == {32}
+    assert {c.variant for c in cases if c.block == 128} == {""}
+    assert sum(c.variant == shapes.ROUTER_AB_VARIANT for c in cases) == 4  # two routers x M <= 16
+    assert cli.parse(["--plan", "readme"]).all_cases == cases
 
 
 def test_case_key_is_one_identity_for_cases_rows_and_skip_entries():

@@ -2,7 +2,7 @@
 
 Forms::
 
-    python -m numba_nbits.perf [--quick | --plan full|quick|gemv-grid] [--sweep ...] [filters] [--out DIR]   # one run
+    python -m numba_nbits.perf [--quick | --plan NAME] [--sweep ...] [filters] [--out DIR]   # one run (plans: --help)
     python -m numba_nbits.perf --shard I/N [same options]                       # part I of N of that run
     python -m numba_nbits.perf --shard I/N --dry-run                            # cases and est. seconds per shard
     python -m numba_nbits.perf merge DIR [DIR ...] [--out DIR] [--no-plots]     # shards -> one report
@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=tuple(PLANS), default=None,
                    help="full (default): every tier of the sweep; quick: as --quick; gemv-grid: the GEMV "
                         "benchmark grid (7 shapes incl. the LM head and the router, M 1-16, 4-bit g32/g128, "
-                        "8-bit g128, 2-bit g64, fp16 and bf16: 280 cases)")
+                        "8-bit g128, 2-bit g64, fp16 and bf16: 280 cases); readme: the cases the README's generated "
+                        "section shows (9 shapes, M 1/16/256/4096, 4-bit fp16 g128, then g32 with the router A/B)")
     p.add_argument("--sweep", choices=SWEEPS, default="all",
                    help="gemv: M <= 16; gemm: M > 16; router: router shapes and the router A/B; all (default)")
     p.add_argument("--shapes", type=_names, help="comma-separated shape names (replace the plan's shapes)")

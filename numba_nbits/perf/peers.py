@@ -7,16 +7,13 @@
   ``torch._convert_weight_to_int4pack``, whose input changed across torch versions: both forms are
   tried and the one that reproduces the dequantized weights is kept);
 * ``gemlite`` (4-bit fp16, when importable);
-* ``ort_cuda``: ONNX Runtime's CUDA EP on a one-node MatMulNBits model with IO binding to device
-  memory (when ``CUDAExecutionProvider`` is available; timed by host clock: ORT runs on its own stream).
+* ONNX Runtime's CUDA kernels (``ort_default``, ``ort_fpA_intB``): ``perf.ort_peer``.
 
 Every peer computes the same function as our operator (tinygemm's zero is ``(8 - zp) * scale``), so its
 output is checked against the same float64 oracle. Nothing here imports torch at module import.
 """
 from __future__ import annotations
 
-import time
-from typing import Optional
 
 import numpy as np
 
@@ -287,108 +284,3 @@ def build_peers(backend, M: int, w, copies_for, *, W_cache: dict, notes: list) -
         except Exception as e:  # noqa: BLE001 - skipped, with the reason
             notes.append((name, f"setup failed: {type(e).__name__}: {e}"[:300]))
     return out
-
-
-# ---------------------------------------------------------------------------------- ORT CUDA EP
-
-def ort_cuda_available() -> bool:
-    try:
-        import onnxruntime as ort
-
-        return "CUDAExecutionProvider" in ort.get_available_providers()
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def matmulnbits_model(w, *, opset: int = 21) -> bytes:
-    """A one-node ``com.microsoft::MatMulNBits`` model (B, scales, zp, bias as initializers)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    elem = {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "bfloat16": TensorProto.BFLOAT16}[w.dtype]
-    inits = [numpy_helper.from_array(w.B, "B"), _tensor(w.scales.reshape(-1), "scales", elem)]
-    inputs = ["A", "B", "scales"]
-    if w.zero_points is not None:
-        inits.append(numpy_helper.from_array(w.zero_points.reshape(-1), "zero_points"))
-        inputs.append("zero_points")
-    if w.bias is not None:
-        inputs += ["", "bias"] if w.zero_points is not None else ["", "", "bias"]
-        inits.append(_tensor(w.bias, "bias", elem))
-    node = helper.make_node("MatMulNBits", inputs, ["Y"], domain="com.microsoft", K=w.K, N=w.N, bits=w.bits,
-                            block_size=w.block)
-    graph = helper.make_graph([node], "mnb", [helper.make_tensor_value_info("A", elem, ["M", w.K])],
-                              [helper.make_tensor_value_info("Y", elem, ["M", w.N])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = min(model.ir_version, 10)
-    return model.SerializeToString()
-
-
-def _tensor(a, name, elem):
-    from onnx import helper
-
-    a = np.ascontiguousarray(a)
-    if a.dtype.name == "bfloat16":
-        return helper.make_tensor(name, elem, a.shape, a.view(np.uint16).tobytes(), raw=True)
-    from onnx import numpy_helper
-
-    return numpy_helper.from_array(a, name)
-
-
-class OrtCuda:
-    """ORT's CUDA MatMulNBits through IO binding; ``host_timed``: no events on ORT's stream."""
-
-    kind = "peer"
-    route = "ort_cuda"
-    forced = False
-    host_timed = True
-
-    def __init__(self, backend, M: int, w, acts):
-        import onnxruntime as ort
-
-        self.sess = ort.InferenceSession(matmulnbits_model(w), providers=["CUDAExecutionProvider"])
-        self.acts, self.M, self.w = acts, M, w
-        self.copies = 1
-        self.np_dt = np.float16 if w.dtype == "float16" else np.float32
-        self.io = self.sess.io_binding()
-        a, y = acts.A[0], acts.Y[0]
-        self.io.bind_input("A", "cuda", 0, self.np_dt, [M, w.K], a.ptr)
-        self.io.bind_output("Y", "cuda", 0, self.np_dt, [M, w.N], y.ptr)
-        self.nbytes = nbits_bytes(M, w.N, w.K, w.bits, w.block, w.dtype, w.zp, w.bias is not None).total
-
-    def run_check(self, backend, A_host, rows):
-        backend.upload(self.acts.A[0], A_host)
-        backend.poison(self.acts.Y[0])
-        backend.sync()
-        self.sess.run_with_iobinding(self.io)
-        return backend.rows(self.acts.Y[0], rows)
-
-    def time(self, backend, calls: int = 50) -> dict:
-        for _ in range(5):
-            self.sess.run_with_iobinding(self.io)
-        samples = []
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(calls):
-                self.sess.run_with_iobinding(self.io)
-            backend.d.cuCtxSynchronize()  # ORT's own stream
-            samples.append((time.perf_counter() - t) * 1e6 / calls)
-        from .metrics import quantiles
-
-        p20, p50, p80 = quantiles(samples)
-        return {"us_p20": p20, "us_p50": p50, "us_p80": p80, "host_us": p50, "n_batch": calls, "samples": 5,
-                "graph_note": "ORT timed by host clock (its own stream); includes host overhead"}
-
-
-def ort_cuda_subject(backend, M, w, acts, notes: list) -> Optional[OrtCuda]:
-    if not ort_cuda_available():
-        notes.append(("ort_cuda", "onnxruntime CUDAExecutionProvider not available; reference rows added instead"))
-        return None
-    if w.dtype == "bfloat16":
-        notes.append(("ort_cuda", "bf16 IO binding not attempted"))
-        return None
-    try:
-        return OrtCuda(backend, M, w, acts)
-    except Exception as e:  # noqa: BLE001
-        notes.append(("ort_cuda", f"setup failed: {type(e).__name__}: {e}"[:300]))
-        return None

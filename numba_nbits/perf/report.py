@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from .reference_rows import SOURCE
-from .shapes import DTYPE_SHORT, ROUTER_AB_VARIANT, SHAPES
+from .shapes import DTYPE_SHORT, README_MS, ROUTER_AB_VARIANT, SHAPES
 
 COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "variant", "tier", "kind", "route",
            "forced", "auto_route", "source", "us", "timing", "us_p50", "us_p20", "us_p80", "us_graph", "us_graph_p20",
@@ -341,7 +341,6 @@ def make_plots(df: pd.DataFrame, out_dir) -> list[str]:
 
 # ----------------------------------------------------------------------------------- README
 
-README_MS = (1, 16, 256, 4096)
 
 
 def readme_summary(results_dir, link=None) -> str:
@@ -386,11 +385,12 @@ def readme_summary(results_dir, link=None) -> str:
     kinds = {c: "x" for c in speed}
     kinds["% roofline"] = "%"
     b4 = sel.iloc[0]
+    ref = (" (`ref:` = ONNX Runtime's CUDA kernels, measured earlier on the same GPU model, not in this run)"
+           if any(n.startswith("vs ref:") for n in speed) else "")
     lines += [f"{b4['bits']}-bit, block {block}, {DTYPE_SHORT.get(b4['dtype'], b4['dtype'])}: what a default call "
               "gets — the route dispatch picks with no knob set, microseconds per call (CUDA graph, L2-cold), "
-              "and each peer's time over it (`ref:` = ONNX Runtime's CUDA kernels, measured earlier on the same "
-              "GPU model, not in this run). The last column names a route that only a knob or a forced route "
-              "reaches, where it was more than 2% faster.", "", md_table(view, kinds), ""]
+              f"and each peer's time over it{ref}. The last column names a route that only a knob or a forced "
+              "route reaches, where it was more than 2% faster.", "", md_table(view, kinds), ""]
     n_rows = int((df["kind"] != "reference").sum())
     n_bad = int(((df["kind"] != "reference") & ~_ok(df)).sum())
     lines.append(f"{len(bt)} cases, {n_rows} measured rows, {n_bad} wrong or failed; "

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from . import ort_peer as _ort
 from . import peers as _peers
 from . import precompile
 from .ceilings import environment, measure_ceilings, peak_for
@@ -112,7 +113,7 @@ def run(opts: Options, backend=None) -> tuple[list[dict], dict]:
             _free()
     finally:
         prog.close()
-    meta["ort_cuda"] = _peers.ort_cuda_available()
+    meta["ort_cuda"] = _ort.ort_cuda_available() and _ort.cupti_available() is None  # ORT rows were measured
     meta["wall_s"] = time.time() - t_start
     return rows, meta
 
@@ -236,11 +237,11 @@ class _Ctx:
         rows = []
         subjects = _peers.build_peers(self.b, M, w, lambda cst, a: self.copies(cst + a), W_cache=W_cache,
                                       notes=notes)
-        ort = _peers.ort_cuda_subject(self.b, M, w, acts, notes)
-        for subj in subjects + ([ort] if ort is not None else []):
+        ort = _ort.ort_subjects(self.b, M, w, acts, notes, flush_bytes=2 * self.l2)
+        for subj in subjects + ort:
             row = dict(base, kind="peer", route=subj.route, forced=False, source="measured")
             try:
-                if getattr(subj, "host_timed", False):
+                if isinstance(subj, _ort.OrtCuda):
                     row.update(subj.time(self.b))
                     row.update(self._derive(row, subj.nbytes, w, M, None))
                     row.update(check(subj, self.b, self.oracle, tolerance(w.dtype)))
@@ -276,8 +277,7 @@ class _Ctx:
         us = us_graph if use_graph else row.get("us_p50", NAN)
         peak = peak_for(self.ceil, w.dtype, bool(use_tf32))
         d = derived(us, nbytes, flops(M, w.N, w.K), self.ceil.get("bw_tb_s", NAN), peak)
-        return {"us": us, "timing": "graph" if use_graph else ("host" if row.get("graph_note", "").startswith("ORT")
-                                                                else "events"),
+        return {"us": us, "timing": "graph" if use_graph else row.get("timing", "events"),
                 "bytes": int(nbytes), "flops": int(flops(M, w.N, w.K)), **d}
 
     # ------------------------------------------------------------------------------------ rows

@@ -151,8 +151,16 @@ GEMV_GRID_PLAN: tuple = (
     Tier("gemv-2b-g64", _GEMV_GRID_SHAPES, _GEMV_GRID_M, (2,), (64,), ("float16", "bfloat16")),
 )
 
+# The cases the README's generated section shows (``perf.report.readme_summary``: 4-bit fp16, the M of
+# ``README_MS``), block 128 first and then block 32 with the router A/B: a current README table in one short run.
+README_MS = (1, 16, 256, 4096)
+README_PLAN: tuple = (
+    Tier("readme-g128", _PROJ + _LM + _ROUTERS, README_MS, (4,), (128,), ("float16",)),
+    Tier("readme-g32", _PROJ + _LM + _ROUTERS, README_MS, (4,), (32,), ("float16",), router_ab=True),
+)
+
 #: ``--plan`` names.
-PLANS = {"full": FULL_PLAN, "quick": QUICK_PLAN, "gemv-grid": GEMV_GRID_PLAN}
+PLANS = {"full": FULL_PLAN, "quick": QUICK_PLAN, "gemv-grid": GEMV_GRID_PLAN, "readme": README_PLAN}
 
 SWEEPS = ("gemv", "gemm", "router", "all")
 GEMV_MAX_M = 16  # --sweep gemv keeps M <= 16 (the fused-GEMV regime), gemm keeps M > 16
