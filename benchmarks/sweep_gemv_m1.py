@@ -381,6 +381,40 @@ def report(rows, log=print):
 
 # -------------------------------------------------------------------------------------- main
 
+def _subset(text, allowed, parse, what):
+    """The items of ``allowed`` that ``text`` (comma-separated) names, in ``allowed``'s order; an item it does
+    not hold is an error naming it."""
+    want = [parse(x) for x in text.split(",") if x.strip()]
+    bad = [w for w in want if w not in allowed]
+    if bad:
+        raise SystemExit(f"--{what}: {bad} not in this sweep's {what} {list(allowed)}")
+    return [a for a in allowed if a in want]
+
+
+def restrict(args):
+    """Narrow the run's cases (module globals) to ``--shapes`` / ``--ms`` / ``--blocks`` / ``--no-bf16``."""
+    global SHAPES, MS, BLOCKS, BF16_SHAPES, BF16_MS
+    shape = lambda x: tuple(int(v) for v in x.strip().lower().split("x"))  # noqa: E731
+    low = LOW_BIT.get(BITS)
+    if args.shapes:
+        SHAPES = _subset(args.shapes, SHAPES, shape, "shapes")
+        BF16_SHAPES = [s for s in BF16_SHAPES if s in SHAPES]
+    if args.ms:
+        ms = _subset(args.ms, low["ms"] if low else MS, int, "ms")
+        if low:
+            LOW_BIT[BITS] = low = dict(low, ms=tuple(ms))
+        else:
+            MS, BF16_MS = tuple(ms), tuple(m for m in BF16_MS if m in ms)
+    if args.blocks:
+        bl = _subset(args.blocks, low["blocks"] if low else BLOCKS, int, "blocks")
+        if low:
+            LOW_BIT[BITS] = low = dict(low, blocks=tuple(bl))
+        else:
+            BLOCKS = tuple(bl)
+    if args.no_bf16:
+        BF16_SHAPES = []
+
+
 def _worker_main(args):
     global BITS
     BITS = args.bits
@@ -412,6 +446,10 @@ def main(argv=None):
                          "(default 0.10; 'inf' never picks split-K)")
     ap.add_argument("--bits", type=int, choices=(2, 4, 8), default=4,
                     help="weight bits (default 4; 8 and 2 sweep LOW_BIT's blocks, M and candidates)")
+    ap.add_argument("--shapes", help="only these NxK of SHAPES, comma-separated (e.g. 4096x4096,28672x8192)")
+    ap.add_argument("--ms", help="only these M of the run's M, comma-separated")
+    ap.add_argument("--blocks", help="only these block sizes of the run's blocks, comma-separated")
+    ap.add_argument("--no-bf16", action="store_true", help="leave out the bf16 cases")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
@@ -422,6 +460,7 @@ def main(argv=None):
     BITS = args.bits
     if args.worker_specs:
         return _worker_main(args)
+    restrict(args)
     if args.fit:
         with open(args.fit) as f:
             saved = json.load(f)

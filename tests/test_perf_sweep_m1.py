@@ -185,3 +185,26 @@ def test_tuned_tactic_nearest_and_fallback(monkeypatch):
     # the committed table (fitted to the H200 sweep) serves its own shapes
     monkeypatch.undo()
     assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(G.tuned_table(4)[(28672, 8192, 128, 1)])
+
+
+def test_sweep_narrows_to_the_named_shapes_ms_and_blocks(monkeypatch):
+    """``--shapes`` / ``--ms`` / ``--blocks`` / ``--no-bf16`` keep those cases of the run, in its order; a value the
+    sweep does not hold is an error naming it."""
+    import argparse
+
+    import benchmarks.sweep_gemv_m1 as S
+
+    for name in ("SHAPES", "MS", "BLOCKS", "BF16_SHAPES", "BF16_MS"):
+        monkeypatch.setattr(S, name, getattr(S, name))
+    monkeypatch.setattr(S, "LOW_BIT", dict(S.LOW_BIT))
+    ns = argparse.Namespace(shapes="28672x8192,4096x4096", ms="16,1", blocks="128", no_bf16=False)
+    S.restrict(ns)
+    assert S._cases(False) == [(N, K, 128, "float16", M) for N, K in [(4096, 4096), (28672, 8192)] for M in (1, 16)] \
+        + [(N, K, 128, "bfloat16", 1) for N, K in [(4096, 4096), (28672, 8192)]]
+    S.restrict(argparse.Namespace(shapes=None, ms=None, blocks=None, no_bf16=True))
+    assert all(c[3] == "float16" for c in S._cases(False))
+    with pytest.raises(SystemExit, match="4096, 4095"):
+        S.restrict(argparse.Namespace(shapes="4096x4095", ms=None, blocks=None, no_bf16=False))
+    monkeypatch.setattr(S, "BITS", 8)
+    S.restrict(argparse.Namespace(shapes=None, ms="4", blocks=None, no_bf16=False))
+    assert {c[4] for c in S._cases(False)} == {4}
