@@ -32,8 +32,8 @@ from .metrics import nbits_bytes
 FPA_INTB_ENV = "ORT_FPA_INTB_GEMM"
 MODES = {"ort_default": {}, "ort_fpA_intB": {FPA_INTB_ENV: "1"}}
 WARMUP_RUNS = 3  # the first run of an fpA_intB session profiles its tactics
-SAMPLES = 5  # profiler sessions per peer; each times RUNS_PER_SAMPLE runs
-RUNS_PER_SAMPLE = 8
+SAMPLES = 3  # profiler sessions per peer; each times RUNS_PER_SAMPLE runs
+RUNS_PER_SAMPLE = 6
 _NOT_ORT = ("Memset", "Memcpy")  # CUPTI activities of ours (the L2 flush) or copies: not ORT's kernels
 
 

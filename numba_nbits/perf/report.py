@@ -380,7 +380,9 @@ def readme_summary(results_dir, link=None) -> str:
         & (sel["best_us"] < 0.98 * sel["auto_us"])
     sel["best forced route (us)"] = [f"{r['best_route']} ({_fmt(float(r['best_us']))})" if f else ""
                                      for f, (_, r) in zip(faster, sel.iterrows())]
-    view = sel[["shape", "M", "auto_route", "auto_us", "auto_pct_roofline"] + speed + ["best forced route (us)"]].rename(
+    forced_measured = "forced" in df.columns and bool(df["forced"].fillna(False).astype(bool).any())
+    last = ["best forced route (us)"] if forced_measured else []
+    view = sel[["shape", "M", "auto_route", "auto_us", "auto_pct_roofline"] + speed + last].rename(
         columns={"auto_route": "default route", "auto_us": "us", "auto_pct_roofline": "% roofline"})
     kinds = {c: "x" for c in speed}
     kinds["% roofline"] = "%"
@@ -389,8 +391,10 @@ def readme_summary(results_dir, link=None) -> str:
            if any(n.startswith("vs ref:") for n in speed) else "")
     lines += [f"{b4['bits']}-bit, block {block}, {DTYPE_SHORT.get(b4['dtype'], b4['dtype'])}: what a default call "
               "gets — the route dispatch picks with no knob set, microseconds per call (CUDA graph, L2-cold), "
-              f"and each peer's time over it{ref}. The last column names a route that only a knob or a forced "
-              "route reaches, where it was more than 2% faster.", "", md_table(view, kinds), ""]
+              f"and each peer's time over it{ref}. "
+              + ("The last column names a route that only a knob or a forced route reaches, where it was more than "
+                 "2% faster." if forced_measured else "Forced routes were not measured in this run."),
+              "", md_table(view, kinds), ""]
     n_rows = int((df["kind"] != "reference").sum())
     n_bad = int(((df["kind"] != "reference") & ~_ok(df)).sum())
     lines.append(f"{len(bt)} cases, {n_rows} measured rows, {n_bad} wrong or failed; "
