@@ -177,6 +177,50 @@ def ir(k):
 '''
 
 
+#: A small kernel of nested loops, branches, early exits and variables assigned on several paths (phis, back edges),
+#: with a device function inlined twice, as the source text of a compile script (``cuda`` and ``types`` of the
+#: script's compiler in scope): ``branchy`` and ``_Branchy``, a kernel description (name, pyfunc, argtypes, options)
+#: beside the library's. The typing / data-flow / lowering replacements are checked on it for both compilers.
+BRANCHY_KERNEL = r'''
+@cuda.jit(device=True, forceinline=True)
+def halve_minus(t, j):
+    return t * 0.5 - j
+
+
+def branchy(x, y, n):
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    acc = 0.0
+    t = x[i]
+    j = 0
+    while j < n:
+        if t > 0:
+            t = halve_minus(t, j)
+            k = 0
+            while k < j:
+                acc += t
+                if acc > 100.0:
+                    break
+                k += 1
+        elif t < -10:
+            acc -= halve_minus(t, 1)
+            t = -t
+        else:
+            t += 1.0
+            continue
+        j += 1
+    y[i] = acc + t
+
+
+class _Branchy:
+    name = "branchy"
+    pyfunc = staticmethod(branchy)
+    argtypes = (types.float32[::1], types.float32[::1], types.int32)
+    options = {}
+'''
+
+
 #: The start of a script that compiles to PTX with the compiler ``NUMBA_NBITS_BACKEND`` names (numba or mlir) in a
 #: process of its own (``offline_ptx_env``), through ``numba_nbits.backend.compile_ptx``: answers the current-device
 #: query with compute capability 9.0 without a GPU (``benchmarks.ptx_stats._fake_device``) and prints

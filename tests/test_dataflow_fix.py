@@ -1,6 +1,6 @@
 """numba_nbits.dataflow_fix: inside ``active()`` numba-cuda's use/def sets, live maps and dead maps come out equal to
 numba's own, and the LLVM IR of real kernels (the warpgroup GEMM, a tensor-core GEMV, a dequantize kernel) and of a
-small kernel of nested loops and branches is byte-identical with and without the replacements; outside ``active()``
+small kernel of nested loops and branches (``conftest.BRANCHY_KERNEL``) is byte-identical with and without the replacements; outside ``active()``
 numba's functions run; an unknown function is left alone.
 
 As in ``test_typing_memo``: numba-cuda's compiler runs in a process of its own (``NUMBA_ENABLE_CUDASIM=0``; without a
@@ -8,7 +8,7 @@ GPU the current-device query is answered with compute capability 9.0); only LLVM
 """
 from __future__ import annotations
 
-from conftest import run_offline_ir_script
+from conftest import BRANCHY_KERNEL, run_offline_ir_script
 
 _SAME_IR = r'''
 from numba.cuda.core import analysis, ssa
@@ -21,38 +21,7 @@ lowering_fix.install()
 typing_memo.install()
 
 
-def branchy(x, y, n):
-    """Nested loops, branches, early exits and variables assigned on several paths (phis, back edges)."""
-    i = cuda.grid(1)
-    if i >= x.size:
-        return
-    acc = 0.0
-    t = x[i]
-    j = 0
-    while j < n:
-        if t > 0:
-            t = t * 0.5 - j
-            k = 0
-            while k < j:
-                acc += t
-                if acc > 100.0:
-                    break
-                k += 1
-        elif t < -10:
-            acc -= t
-            t = -t
-        else:
-            t += 1.0
-            continue
-        j += 1
-    y[i] = acc + t
-
-
-class _Branchy:
-    name = "branchy"
-    pyfunc = staticmethod(branchy)
-    argtypes = (types.float32[::1], types.float32[::1], types.int32)
-
+''' + BRANCHY_KERNEL + r'''
 
 plain_ir = ir
 

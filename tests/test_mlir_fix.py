@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import pythonpath_with
+from conftest import BRANCHY_KERNEL, pythonpath_with
 
 _SAME_PTX = r'''
 import re
@@ -32,44 +32,7 @@ from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
 assert backend.compiler() == "mlir", backend.compiler()
 
 
-@cuda.jit(device=True, forceinline=True)
-def halve_minus(t, j):
-    return t * 0.5 - j
-
-
-def branchy(x, y, n):
-    """Nested loops, branches, early exits, variables assigned on several paths, a device function inlined twice."""
-    i = cuda.grid(1)
-    if i >= x.size:
-        return
-    acc = 0.0
-    t = x[i]
-    j = 0
-    while j < n:
-        if t > 0:
-            t = halve_minus(t, j)
-            k = 0
-            while k < j:
-                acc += t
-                if acc > 100.0:
-                    break
-                k += 1
-        elif t < -10:
-            acc -= halve_minus(t, 1)
-            t = -t
-        else:
-            t += 1.0
-            continue
-        j += 1
-    y[i] = acc + t
-
-
-class _Branchy:
-    name = "branchy"
-    pyfunc = staticmethod(branchy)
-    argtypes = (types.float32[::1], types.float32[::1], types.int32)
-    options = {}
-
+''' + BRANCHY_KERNEL + r'''
 
 def ptx(k, fixed):
     c = backend.cuda()
