@@ -1,7 +1,7 @@
 """numba_nbits.dataflow_fix: inside ``active()`` numba-cuda's use/def sets, live maps and dead maps come out equal to
 numba's own, and the LLVM IR of real kernels (the warpgroup GEMM, a tensor-core GEMV, a dequantize kernel) and of a
-small kernel of nested loops and branches (``conftest.BRANCHY_KERNEL``) is byte-identical with and without the replacements; outside ``active()``
-numba's functions run; an unknown function is left alone.
+small kernel of nested loops and branches (``conftest.BRANCHY_KERNEL``) is byte-identical with and without the
+replacements; outside ``active()`` numba's functions run; an unknown function is left alone.
 
 As in ``test_typing_memo``: numba-cuda's compiler runs in a process of its own (``NUMBA_ENABLE_CUDASIM=0``; without a
 GPU the current-device query is answered with compute capability 9.0); only LLVM IR is produced.
