@@ -57,7 +57,8 @@ def parse(text: str) -> dict:
             continue
         v = float(r["Metric Value"].replace(",", ""))
         unit = r.get("Metric Unit", "")
-        us = {"nsecond": v / 1e3, "usecond": v, "msecond": v * 1e3, "second": v * 1e6}.get(unit)
+        us = {"nsecond": v / 1e3, "ns": v / 1e3, "usecond": v, "us": v, "msecond": v * 1e3, "ms": v * 1e3,
+              "second": v * 1e6, "s": v * 1e6}.get(unit)
         if us is None:
             raise ValueError(f"unknown unit {unit!r} in ncu output")
         out.setdefault(r["Kernel Name"], []).append(us)

@@ -155,6 +155,17 @@ def _multi(df: pd.DataFrame, col: str) -> bool:
     return col in df.columns and df[col].fillna("").astype(str).replace("", pd.NA).dropna().nunique() > 1
 
 
+def _ort_text(df: pd.DataFrame) -> str:
+    """Where the ORT columns of a report come from: the reference table, or this run's CUPTI timing."""
+    if (df["kind"] == "reference").any():
+        return f"`ref:` columns come from the {SOURCE}, not from this run."
+    if ((df["kind"] == "peer") & df["route"].astype(str).str.startswith("ort_")).any():
+        return ("ONNX Runtime's columns (`ort_default`, `ort_fpA_intB`) are its kernels' time per node by CUPTI in "
+                "this run (launch gaps excluded, L2 flushed before each run; `perf/ort_peer.py`); a peer whose "
+                "output misses the oracle's tolerance shows `–`.")
+    return ""
+
+
 def _precompile_text(meta: dict) -> str:
     pc = meta.get("precompile")
     if not pc:
@@ -182,8 +193,8 @@ def summary_markdown(df: pd.DataFrame, meta: dict, plots=(), *, provenance: bool
            f"{ceil.get('ceiling_note', '')}", "",
            "Times are microseconds per call (CUDA-graph replay where capture worked, else CUDA events around "
            "eager batches), weights and activations rotated beyond the L2. `vs X` = X's time / our best "
-           "correct route's time (above 1: we are faster; **MISS**: the peer wins). `ref:` columns come from "
-           f"the {SOURCE}, not from this run.", ""]
+           "correct route's time (above 1: we are faster; **MISS**: the peer wins). "
+           + _ort_text(df), ""]
     prov = [c for c, col in (("shard", "shard"), ("commit", "git_commit")) if provenance and _multi(df, col)]
     warnings = meta.get("merge_warnings", []) if provenance else []
     if warnings:
@@ -396,8 +407,10 @@ def readme_summary(results_dir, link=None) -> str:
                  "2% faster." if forced_measured else "Forced routes were not measured in this run."),
               "", md_table(view, kinds), ""]
     n_rows = int((df["kind"] != "reference").sum())
-    n_bad = int(((df["kind"] != "reference") & ~_ok(df)).sum())
-    lines.append(f"{len(bt)} cases, {n_rows} measured rows, {n_bad} wrong or failed; "
+    n_bad = int(((df["kind"] == "ours") & ~_ok(df)).sum())
+    n_peer_bad = int(((df["kind"] == "peer") & ~_ok(df)).sum())
+    peers_bad = f" (and {n_peer_bad} peer rows outside the oracle's tolerance or failed: `–`)" if n_peer_bad else ""
+    lines.append(f"{len(bt)} cases, {n_rows} measured rows, {n_bad} of ours wrong or failed{peers_bad}; "
                  f"{len(meta.get('skipped', []))} cases skipped.")
     return "\n".join(lines) + "\n"
 
