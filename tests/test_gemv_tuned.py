@@ -39,10 +39,34 @@ def test_table_has_every_bit_width():
 
 @pytest.mark.parametrize("bits,N,K,bs,mc,tag", _rows())
 def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
+    """Every row of the GPU's table is what numba-cuda's processes get; this process gets its compiler's table
+    (a numba-cuda-mlir run: the rows of ``-mlir.json`` in place of the same keys)."""
     assert T.Tactic.parse(tag).tag == tag  # canonical spelling
+    assert T.tuned_table(bits, compiler="numba")[(N, K, bs, mc)] == tag
+    want = T.tuned_table(bits)[(N, K, bs, mc)]
     for M in CLASS_MS[mc]:
         assert T.m_class(M) == mc
-        assert T.default_tactic(N, K, bs, M, bits) == T.Tactic.parse(tag), (bits, N, K, bs, M)
+        assert T.default_tactic(N, K, bs, M, bits) == T.Tactic.parse(want), (bits, N, K, bs, M)
+
+
+def test_the_numba_cuda_mlir_table_is_a_fit_of_known_keys(monkeypatch):
+    """``h200-v<version>-mlir.json`` (fitted under numba-cuda-mlir): same format and GPU, canonical tags, keys of
+    the GPU's table, a source under benchmarks/results/ that exists."""
+    path = TABLE.with_name(f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}-mlir.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["gpu"] == T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
+    base = {(b, *r[:4]) for b, *r in _rows()}
+    for bits, N, K, bs, mc, tag in _rows_of(data):
+        assert T.Tactic.parse(tag).tag == tag and (bits, N, K, bs, mc) in base
+        assert T.tuned_table(bits, compiler="mlir")[(N, K, bs, mc)] == tag
+    for src in data["sources"].values():
+        assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
+    import numba_nbits.backend as B
+
+    monkeypatch.setattr(B, "compiler", lambda: "mlir")  # a process whose kernels numba-cuda-mlir builds
+    for bits, N, K, bs, mc, tag in _rows_of(data):
+        assert T.default_tactic(N, K, bs, CLASS_MS[mc][0], bits) == T.Tactic.parse(tag), (bits, N, K, bs, mc)
 
 
 @pytest.mark.parametrize("args,tag", [
@@ -56,7 +80,10 @@ def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
     ((4096, 4096, 32, 16, 2), "t1w8u2"),        # no 2-bit M 9..16 rows: the rule
     ((1024, 1024, 128, 4, 8), "t1w4u1"),        # 2x away in N and K: the rule
 ])
-def test_default_tactic_hand_written(args, tag):
+def test_default_tactic_hand_written(args, tag, monkeypatch):
+    import numba_nbits.backend as B
+
+    monkeypatch.setattr(B, "compiler", lambda: "numba")  # numba-cuda's table (a numba-cuda-mlir run has its own rows)
     assert T.default_tactic(*args).tag == tag
 
 
@@ -91,3 +118,29 @@ def test_tables_are_package_data():
     pkg = ROOT / "numba_nbits" / "kernels" / "gemv"
     files = sorted(p.relative_to(pkg) for p in (pkg / "tuned").iterdir())
     assert files and all(any(f.match(g) for g in globs) for f in files), (files, globs)
+
+
+def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
+    """``<gpu>-v<version>-mlir.json``: its rows replace the same keys of the GPU's table for processes whose
+    kernels numba-cuda-mlir builds; numba-cuda's processes, and other keys, keep the GPU's table."""
+    v = T.KERNEL_VERSION
+
+    def table(rows4, rows8=()):
+        return json.dumps({"gpu": "g", "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
+                           "sources": [], "tables": {"4": [list(r) for r in rows4], "8": [list(r) for r in rows8]}})
+
+    (tmp_path / f"g-v{v}.json").write_text(table([(4096, 4096, 32, 1, "t1w8u2p1"), (4096, 4096, 128, 1, "t1w8u1p1")],
+                                                 [(4096, 4096, 128, 1, "t1w4u1")]))
+    (tmp_path / f"g-v{v}-mlir.json").write_text(table([(4096, 4096, 128, 1, "t1w8u1p2"),
+                                                      (8192, 4096, 32, 16, "t2w4u1")]))
+    monkeypatch.setattr(T, "TUNED_DIR", tmp_path)
+    T._load_tables.cache_clear()
+    try:
+        assert T.tuned_table(4, "g", "numba") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p1"}
+        assert T.tuned_table(4, "g", "mlir") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p2",
+                                                 (8192, 4096, 32, 16): "t2w4u1"}
+        assert T.tuned_table(8, "g", "mlir") == T.tuned_table(8, "g", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+        # on the simulator the compiler is numba-cuda's: its table
+        assert T.tuned_table(4, "g") == T.tuned_table(4, "g", "numba")
+    finally:
+        T._load_tables.cache_clear()

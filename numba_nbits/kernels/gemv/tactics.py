@@ -9,8 +9,11 @@ Tuned tables
 tactic tag]`` fitted to a sweep of the tactics on that GPU (the ``sources`` field names the
 measurement under ``benchmarks/results/``). ``KERNEL_VERSION`` names the generated kernels the
 tables were measured with: a change to the generators that moves timings bumps it, and tables of an
-older version are not used. Lookup rule: the table of ``gpu`` when there is one for this version,
-else the table of ``DEFAULT_GPU`` (the H200, the GPU the tables were fitted on; its tactics are valid on
+older version are not used. The same kernel source compiles to different code under numba-cuda-mlir, so a
+table can be fitted under it too: ``tuned/<gpu>-v<KERNEL_VERSION>-mlir.json``, whose rows replace the same keys
+of the GPU's table in processes whose kernels that compiler builds (``backend.compiler()``; ``h200-v2-mlir.json``:
+``benchmarks/results/2026-12-06-h200-backend-v4/``). Lookup rule: the table of ``gpu`` when there is one for this
+version, else the table of ``DEFAULT_GPU`` (the H200, the GPU the tables were fitted on; its tactics are valid on
 any sm_80+ GPU, only possibly not the fastest there). Plans do not name a GPU today, so every plan
 uses ``DEFAULT_GPU``'s table. Tags with ``k`` (split-K across CTAs) make a plan own a workspace, so
 the fit takes them only when they win by a clear margin.
@@ -227,25 +230,41 @@ class Tactic:
                       int(gr or 0), bool(a), bool(x), bool(h), bool(v), bool(mb))
 
 
-def _table_path(gpu: str) -> Path:
-    return TUNED_DIR / f"{gpu}-v{KERNEL_VERSION}.json"
+def _table_path(gpu: str, compiler: str = "numba") -> Path:
+    return TUNED_DIR / f"{gpu}-v{KERNEL_VERSION}{'' if compiler == 'numba' else '-' + compiler}.json"
 
 
-@lru_cache(maxsize=None)
-def _load_tables(gpu: str) -> dict:
-    """``bits -> {(N, K, block_size, m_class): tag}`` of ``gpu``'s file, or of ``DEFAULT_GPU`` without one."""
-    path = _table_path(gpu)
-    if not path.is_file():
-        path = _table_path(DEFAULT_GPU)
-    if not path.is_file():  # no table fitted to this kernel version yet: every shape takes the rules
-        return {}
+def _read_tables(path: Path) -> dict:
     data = json.loads(path.read_text(encoding="utf-8"))
     return {int(bits): {tuple(row[:4]): row[4] for row in rows} for bits, rows in data["tables"].items()}
 
 
-def tuned_table(bits: int, gpu: str = DEFAULT_GPU) -> dict:
-    """The tuned tactics of ``bits`` for ``gpu`` (module docstring: lookup rule); empty when none were fitted."""
-    return _load_tables(gpu).get(bits, {})
+@lru_cache(maxsize=None)
+def _load_tables(gpu: str, compiler: str = "numba") -> dict:
+    """``bits -> {(N, K, block_size, m_class): tag}`` of ``gpu``'s file, or of ``DEFAULT_GPU`` without one; for
+    another compiler than numba-cuda, the rows of that GPU's ``-<compiler>`` file (where one was fitted) replace
+    those of the same key."""
+    path = _table_path(gpu)
+    if not path.is_file():
+        gpu, path = DEFAULT_GPU, _table_path(DEFAULT_GPU)
+    if not path.is_file():  # no table fitted to this kernel version yet: every shape takes the rules
+        return {}
+    tables = _read_tables(path)
+    extra = _table_path(gpu, compiler)
+    if compiler != "numba" and extra.is_file():
+        for bits, rows in _read_tables(extra).items():
+            tables[bits] = {**tables.get(bits, {}), **rows}
+    return tables
+
+
+def tuned_table(bits: int, gpu: str = DEFAULT_GPU, compiler: str | None = None) -> dict:
+    """The tuned tactics of ``bits`` for ``gpu`` and ``compiler`` (default: this process's, ``backend.compiler``;
+    module docstring: lookup rule); empty when none were fitted."""
+    if compiler is None:
+        from ...backend import compiler as current
+
+        compiler = current()
+    return _load_tables(gpu, compiler).get(bits, {})
 
 
 def m_tiles(M: int) -> int:
