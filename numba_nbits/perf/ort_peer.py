@@ -38,7 +38,7 @@ WARMUP_RUNS = 3  # the first run of an fpA_intB session profiles its tactics
 SAMPLES = 3  # profiler sessions per peer; each times RUNS_PER_SAMPLE runs
 RUNS_PER_SAMPLE = 6
 _NOT_ORT = ("Memset", "Memcpy")  # CUPTI activities that are copies, not ORT's kernels
-_FLUSH_KERNEL = "at::native::"  # the flush's reduction (ATen); ORT's kernels are never ATen's
+_FLUSH_KERNEL = ("at::native::", "_ZN2at6native")  # the flush's reduction (ATen, demangled or not); never ORT's
 
 
 def ort_cuda_available() -> bool:
@@ -103,7 +103,7 @@ def kernel_us(events) -> float:
     """Summed duration (us) of ORT's kernels among profiler device events ``(name, microseconds)``: every CUDA
     activity except memsets, copies and the flush's ATen reduction."""
     return float(sum(us for name, us in events
-                     if not str(name).startswith(_NOT_ORT) and _FLUSH_KERNEL not in str(name)))
+                     if not str(name).startswith(_NOT_ORT) and not any(f in str(name) for f in _FLUSH_KERNEL)))
 
 
 def cupti_events(run) -> list:
