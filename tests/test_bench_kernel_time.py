@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import kernel_time as KT
-
 _HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
          '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
@@ -16,6 +14,8 @@ def _row(i, name, unit, value, metric="gpu__time_duration.sum"):
 
 
 def test_parse_reads_every_unit_and_only_the_duration_metric():
+    from benchmarks import kernel_time as KT
+
     text = "\n".join(["==PROF== Connected to process 1", _HEAD, _row(0, "gemv(a)", "ns", "6,560"),
                       _row(1, "gemv(a)", "usecond", "6.2"), _row(2, "bias_add(b)", "nsecond", "2464"),
                       _row(3, "gemv(a)", "ms", "0.0071"), _row(4, "gemv(a)", "ns", "1", metric="sm__cycles.sum")])
@@ -27,5 +27,7 @@ def test_parse_reads_every_unit_and_only_the_duration_metric():
 
 
 def test_the_profiled_default_call_matches_the_oracle(capsys):
+    from benchmarks import kernel_time as KT
+
     assert KT.main(["--shape", "32x256", "--block", "32", "--bias", "--calls", "2"]) == 0
     assert "route gemv_w4 (bias add)" in capsys.readouterr().err
