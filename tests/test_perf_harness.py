@@ -278,6 +278,66 @@ def test_summary_markdown_shows_misses_wrong_and_router_ab():
     assert "Dispatch did not pick the fastest route" in md
 
 
+def test_ort_ratios_are_kernel_time_over_the_default_calls_kernel_time(tmp_path):
+    """Where a run has the default call's CUPTI kernel time (``us_kernel``), ORT's columns (kernel time, measured
+    or reference) are divided by it, not by the graph time; other peers keep the graph-time ratio; the README
+    table shows the kernel time beside the graph time."""
+    rows = _rows()
+    for r in rows:
+        if r["kind"] == "ours" and not r.get("forced") and r["shape"] == "l3-8b-attn":
+            r["us_kernel"] = 2.0 if r["M"] == 1 else 25.0
+    rows.append({**next(r for r in rows if r["kind"] == "peer" and r["M"] == 1), "route": "ort_default",
+                 "us": 7.0, "timing": "cupti"})
+    df = report.to_frame(rows)
+    ort = df[(df["route"] == "ort_default") & (df["M"] == 1)]  # ORT's time (measured or reference) is kernel time
+    assert sorted(ort["us_kernel"].tolist()) == [6.31, 7.0]
+    bt = report.best_table(df)
+    r1 = bt[(bt["shape"] == "l3-8b-attn") & (bt["M"] == 1)].iloc[0]
+    assert r1["auto_us_kernel"] == 2.0
+    assert r1["vs ort_default"] == pytest.approx(7.0 / 2.0) and r1["vs ref:ort_default"] == pytest.approx(6.31 / 2.0)
+    assert r1["vs torch_dense"] == pytest.approx(14.0 / 2.5)  # graph time against graph time, as before
+    report.write_results(tmp_path, rows, {"env": {"gpu": "NVIDIA H200"}}, plots=False)
+    text = report.readme_summary(tmp_path)
+    assert "| shape | M | default route | us | kernel us |" in text and "kernel time over kernel time" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| l3-8b-attn | 1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:5] == ["gemv_w4", "3.00", "2.00"]
+    assert f"{14.0 / 3.0:.2f}x" in cells and f"{7.0 / 2.0:.2f}x" in cells and f"{6.31 / 2.0:.2f}x" in cells
+
+
+def test_runner_kernel_time_of_a_default_call(monkeypatch):
+    """``kernel_time_of_ours``: copy 0 of the subject, each call after a read flush, timed by CUPTI; nothing
+    on the simulator or without the profiler."""
+    from numba_nbits.perf import ort_peer
+
+    calls = []
+
+    class Subj:
+        def launch(self, i, stream):
+            calls.append((i, stream))
+
+    class Flush:
+        def sum(self):
+            calls.append("flush")
+
+    bk = type("Bk", (), {"simulated": False, "stream": 7, "d": type("D", (), {"cuCtxSynchronize": lambda s: None})()})()
+    monkeypatch.setattr(ort_peer, "cupti_available", lambda: None)
+    monkeypatch.setattr(ort_peer, "flush_buffer", lambda n: Flush())
+    per = iter([3.0, 2.0, 4.0])
+
+    def events(runs):
+        calls.clear()
+        runs()
+        return [("gemv", next(per) * ort_peer.RUNS_PER_SAMPLE), ("Memcpy HtoD", 50.0)]
+
+    monkeypatch.setattr(ort_peer, "cupti_events", events)
+    assert ort_peer.kernel_time_of_ours(bk, Subj(), 1 << 20) == {"us_kernel": 3.0}
+    assert calls == ["flush", (0, 7)] * ort_peer.RUNS_PER_SAMPLE
+    assert ort_peer.kernel_time_of_ours(type("S", (), {"simulated": True})(), Subj(), 1) == {}
+    monkeypatch.setattr(ort_peer, "cupti_available", lambda: "no CUPTI")
+    assert ort_peer.kernel_time_of_ours(bk, Subj(), 1) == {}
+
+
 def test_csv_round_trip(tmp_path):
     df = report.write_results(tmp_path, _rows(), {"env": {"gpu": "x"}}, plots=False)
     back, meta = report.read_results(tmp_path)
@@ -419,8 +479,21 @@ def test_ort_peer_times_each_run_after_an_l2_flush_with_its_mode_set(monkeypatch
     assert out["us_p50"] == 2.5 and out["timing"] == "cupti" and out["samples"] == ort_peer.SAMPLES
     assert ort_peer.FPA_INTB_ENV not in os.environ
     monkeypatch.setattr(ort_peer, "cupti_events", lambda runs: [("Memset (Device)", 3.0)])
-    with pytest.raises(RuntimeError, match="no ORT kernel"):
+    with pytest.raises(RuntimeError, match="no kernel of the timed call"):
         peer.time(type("Bk", (), {"d": Drv()})())
+
+
+def test_ort_flush_buffer_is_one_per_process(monkeypatch):
+    """Every ORT peer and case shares one flush buffer; it is made again only when a larger one is asked for."""
+    from numba_nbits.perf import ort_peer
+
+    made = []
+    monkeypatch.setattr(ort_peer, "_FLUSH", {})
+    monkeypatch.setattr(ort_peer, "_alloc_flush", lambda n: made.append(n) or object())
+    a = ort_peer.flush_buffer(120 << 20)
+    assert ort_peer.flush_buffer(120 << 20) is a and ort_peer.flush_buffer(1 << 20) is a and made == [120 << 20]
+    b = ort_peer.flush_buffer(240 << 20)
+    assert b is not a and made == [120 << 20, 240 << 20] and ort_peer.flush_buffer(120 << 20) is b
 
 
 def test_ort_subjects_note_why_they_are_absent(monkeypatch):

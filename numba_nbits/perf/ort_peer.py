@@ -130,6 +130,25 @@ def cupti_available() -> Optional[str]:
         return f"torch's CUDA profiler not importable: {type(e).__name__}"
 
 
+_FLUSH: dict = {}  # the process's one L2-flush buffer ("t": tensor, "nbytes": its size)
+
+
+def _alloc_flush(nbytes: int):
+    import torch
+
+    return torch.zeros(max(2, nbytes) // 2, dtype=torch.float16, device="cuda")
+
+
+def flush_buffer(nbytes: int):
+    """The process's L2-flush buffer of at least ``nbytes`` (a torch fp16 tensor), made once and shared by every
+    peer and case; a larger request replaces it."""
+    nbytes = int(nbytes)
+    if _FLUSH.get("nbytes", -1) < nbytes:
+        _FLUSH.clear()  # free the smaller one first
+        _FLUSH.update(t=_alloc_flush(nbytes), nbytes=nbytes)
+    return _FLUSH["t"]
+
+
 class OrtCuda:
     """One ORT mode (``MODES``) on one problem: built, checked and timed through IO binding."""
 
@@ -141,7 +160,7 @@ class OrtCuda:
         import onnxruntime as ort
 
         self.route, self.env = route, MODES[route]
-        self.acts, self.M, self.w = acts, M, w
+        self.acts = acts
         self.np_dt = np.float16 if w.dtype == "float16" else np.float32
         with environ(self.env):
             self.sess = ort.InferenceSession(matmulnbits_model(w), providers=["CUDAExecutionProvider"])
@@ -150,9 +169,7 @@ class OrtCuda:
         self.io.bind_input("A", "cuda", 0, self.np_dt, [M, w.K], a.ptr)
         self.io.bind_output("Y", "cuda", 0, self.np_dt, [M, w.N], y.ptr)
         self.nbytes = nbits_bytes(M, w.N, w.K, w.bits, w.block, w.dtype, w.zp, w.bias is not None).total
-        import torch
-
-        self._flush = torch.zeros(max(1, int(flush_bytes)) // 2, dtype=torch.float16, device="cuda")
+        self._flush = flush_buffer(flush_bytes)
 
     def _run(self):
         with environ(self.env):
@@ -166,30 +183,49 @@ class OrtCuda:
         return backend.rows(self.acts.Y[0], rows)
 
     def time(self, backend) -> dict:
-        d = backend.d
         for _ in range(WARMUP_RUNS):
             self._run()
-        d.cuCtxSynchronize()
+        out = kernel_time(self._run, backend.d.cuCtxSynchronize, self._flush)
+        return {**out, "us_kernel": out["us_p50"], "timing": "cupti",
+                "graph_note": "ORT: kernel time per node by CUPTI (launch gaps excluded), L2 flushed before each "
+                              f"run; median of {SAMPLES} means"}
 
-        def runs():
-            for _ in range(RUNS_PER_SAMPLE):
-                self._flush.sum()  # evict the L2 by reading (clean lines)
-                d.cuCtxSynchronize()
-                self._run()
-                d.cuCtxSynchronize()  # ORT's own stream
 
-        samples = []
-        for _ in range(SAMPLES):
-            us = kernel_us(cupti_events(runs))
-            if not us > 0:
-                raise RuntimeError("CUPTI recorded no ORT kernel")
-            samples.append(us / RUNS_PER_SAMPLE)
-        from .metrics import quantiles
+def kernel_time(run, sync, flush) -> dict:
+    """GPU time (us) of the kernels one ``run()`` launches, by CUPTI: ``SAMPLES`` profiler sessions of
+    ``RUNS_PER_SAMPLE`` runs, each run after ``flush.sum()`` (the L2 evicted by reading) with ``sync()`` around
+    it; the flush's own kernel, memsets and copies not counted. (p20, p50, p80) of the per-run means as
+    ``us_p20/us_p50/us_p80``. The same measure for ORT's node and for a default call of ours."""
 
-        p20, p50, p80 = quantiles(samples)
-        return {"us_p20": p20, "us_p50": p50, "us_p80": p80, "n_batch": RUNS_PER_SAMPLE, "samples": SAMPLES,
-                "timing": "cupti", "graph_note": "ORT: kernel time per node by CUPTI (launch gaps excluded), "
-                                                 f"L2 flushed before each run; median of {SAMPLES} means"}
+    def runs():
+        for _ in range(RUNS_PER_SAMPLE):
+            flush.sum()  # evict the L2 by reading (clean lines)
+            sync()
+            run()
+            sync()  # whatever stream run() used
+
+    sync()
+    samples = []
+    for _ in range(SAMPLES):
+        us = kernel_us(cupti_events(runs))
+        if not us > 0:
+            raise RuntimeError("CUPTI recorded no kernel of the timed call")
+        samples.append(us / RUNS_PER_SAMPLE)
+    from .metrics import quantiles
+
+    p20, p50, p80 = quantiles(samples)
+    return {"us_p20": p20, "us_p50": p50, "us_p80": p80, "n_batch": RUNS_PER_SAMPLE, "samples": SAMPLES}
+
+
+def kernel_time_of_ours(backend, subject, flush_bytes: int) -> dict:
+    """``us_kernel``: the kernels of one call of ``subject`` (copy 0), timed as ORT's node is (``kernel_time``);
+    ``{}`` where CUPTI cannot be used (the simulator, no torch profiler)."""
+    if getattr(backend, "simulated", True) or cupti_available() is not None:
+        return {}
+    subject.launch(0, backend.stream)
+    out = kernel_time(lambda: subject.launch(0, backend.stream), backend.d.cuCtxSynchronize,
+                      flush_buffer(flush_bytes))
+    return {"us_kernel": out["us_p50"]}
 
 
 def ort_subjects(backend, M, w, acts, notes: list, flush_bytes: int) -> list:

@@ -21,7 +21,7 @@ from .shapes import DTYPE_SHORT, README_MS, ROUTER_AB_VARIANT, SHAPES
 
 COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "variant", "tier", "kind", "route",
            "forced", "auto_route", "source", "us", "timing", "us_p50", "us_p20", "us_p80", "us_graph", "us_graph_p20",
-           "us_graph_p80", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold", "warmup_s",
+           "us_graph_p80", "us_kernel", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold", "warmup_s",
            "bytes", "flops", "tb_s", "tflops", "pct_bw", "pct_flops", "pct_roofline", "rel_err", "tol", "correct",
            "error", "note", "check_note", "graph_note", "gpu", "sm_count", "driver", "numba_cuda", "cuda_core", "torch",
            "git_commit", "date", "case_index", "shard"]
@@ -45,7 +45,15 @@ def to_frame(rows) -> pd.DataFrame:
     df["us"] = pd.to_numeric(df["us"], errors="coerce")
     fill = (df["kind"] == "reference") & df["us"].isna()
     df.loc[fill, "us"] = pd.to_numeric(df.loc[fill, "us_p50"], errors="coerce")
+    # ORT's rows (measured by CUPTI, or its reference table's) are kernel time
+    df["us_kernel"] = pd.to_numeric(df["us_kernel"], errors="coerce")
+    ort = _is_ort(df["route"]) & df["kind"].isin(["peer", "reference"]) & df["us_kernel"].isna()
+    df.loc[ort, "us_kernel"] = df.loc[ort, "us"]
     return df
+
+
+def _is_ort(route) -> pd.Series:
+    return route.astype(str).str.startswith("ort_")
 
 
 def read_results(results_dir) -> tuple[pd.DataFrame, dict]:
@@ -99,6 +107,7 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
         rec["commit"] = "" if not len(src) or pd.isna(src["git_commit"].iloc[0]) else str(src["git_commit"].iloc[0])
         rec["auto_us"] = float(auto["us"].iloc[0]) if len(auto) and ok.loc[auto.index[0]] else math.nan
         rec["auto_pct_roofline"] = _f(auto["pct_roofline"].iloc[0]) if rec["auto_us"] == rec["auto_us"] else math.nan
+        rec["auto_us_kernel"] = _f(auto["us_kernel"].iloc[0]) if rec["auto_us"] == rec["auto_us"] else math.nan
         if len(good):
             b = good.loc[good["us"].idxmin()]
             rec.update(best_route=b["route"], best_us=float(b["us"]), pct_bw=_f(b["pct_bw"]),
@@ -112,6 +121,8 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
                 pus = float(p["us"]) if (kind == "reference" or ok.loc[p.name]) else math.nan
                 rec[f"{name}_us"] = pus
                 best = rec["best_us"]
+                if str(p["route"]).startswith("ort_") and rec["auto_us_kernel"] == rec["auto_us_kernel"]:
+                    best = rec["auto_us_kernel"]  # ORT's time is kernel time: against the default call's
                 rec[f"vs {name}"] = pus / best if best == best and pus == pus else math.nan
         out.append(rec)
     return pd.DataFrame(out)
@@ -158,11 +169,13 @@ def _multi(df: pd.DataFrame, col: str) -> bool:
 def _ort_text(df: pd.DataFrame) -> str:
     """Where the ORT columns of a report come from: the reference table, or this run's CUPTI timing."""
     if (df["kind"] == "reference").any():
-        return f"`ref:` columns come from the {SOURCE}, not from this run."
+        return (f"`ref:` columns come from the {SOURCE}, not from this run (kernel time by CUPTI; their `vs` ratios "
+                "are over the default call's kernel time, `us_kernel`, where this run has it).")
     if ((df["kind"] == "peer") & df["route"].astype(str).str.startswith("ort_")).any():
         return ("ONNX Runtime's columns (`ort_default`, `ort_fpA_intB`) are its kernels' time per node by CUPTI in "
-                "this run (launch gaps excluded, L2 flushed before each run; `perf/ort_peer.py`); a peer whose "
-                "output misses the oracle's tolerance shows `–`.")
+                "this run (launch gaps excluded, L2 flushed before each run; `perf/ort_peer.py`), and their `vs` "
+                "ratios are over the default call's kernel time measured the same way (`us_kernel`) where the run "
+                "has it; a peer whose output misses the oracle's tolerance shows `–`.")
     return ""
 
 
@@ -384,8 +397,12 @@ def readme_summary(results_dir, link=None) -> str:
     # peer's time over that route's time. A faster forced route shows only in its own labelled column.
     sel = sel.copy()
     peers = [c[3:] for c in _speed_cols(sel)]
+    kernel = sel["auto_us_kernel"].notna().any()
     for name in peers:
-        sel[f"vs {name}"] = sel[f"{name}_us"] / sel["auto_us"]
+        ours = sel["auto_us"]
+        if kernel and name.split(":")[-1].startswith("ort_"):  # kernel time against kernel time
+            ours = sel["auto_us_kernel"].where(sel["auto_us_kernel"].notna(), sel["auto_us"])
+        sel[f"vs {name}"] = sel[f"{name}_us"] / ours
     speed = [f"vs {n}" for n in peers if sel[f"vs {n}"].notna().any()]
     faster = sel["best_us"].notna() & sel["auto_us"].notna() & (sel["best_route"] != sel["auto_route"]) \
         & (sel["best_us"] < 0.98 * sel["auto_us"])
@@ -393,8 +410,10 @@ def readme_summary(results_dir, link=None) -> str:
                                      for f, (_, r) in zip(faster, sel.iterrows())]
     forced_measured = "forced" in df.columns and bool(df["forced"].fillna(False).astype(bool).any())
     last = ["best forced route (us)"] if forced_measured else []
-    view = sel[["shape", "M", "auto_route", "auto_us", "auto_pct_roofline"] + speed + last].rename(
-        columns={"auto_route": "default route", "auto_us": "us", "auto_pct_roofline": "% roofline"})
+    kcol = ["auto_us_kernel"] if kernel else []
+    view = sel[["shape", "M", "auto_route", "auto_us"] + kcol + ["auto_pct_roofline"] + speed + last].rename(
+        columns={"auto_route": "default route", "auto_us": "us", "auto_us_kernel": "kernel us",
+                 "auto_pct_roofline": "% roofline"})
     kinds = {c: "x" for c in speed}
     kinds["% roofline"] = "%"
     b4 = sel.iloc[0]
@@ -403,6 +422,9 @@ def readme_summary(results_dir, link=None) -> str:
     lines += [f"{b4['bits']}-bit, block {block}, {DTYPE_SHORT.get(b4['dtype'], b4['dtype'])}: what a default call "
               "gets — the route dispatch picks with no knob set, microseconds per call (CUDA graph, L2-cold), "
               f"and each peer's time over it{ref}. "
+              + ("`kernel us` is the same call's kernels alone (CUPTI, L2 flushed before each call, launch gaps "
+                 "excluded), the measure ONNX Runtime's columns use: its ratios are kernel time over kernel time. "
+                 if kernel else "")
               + ("The last column names a route that only a knob or a forced route reaches, where it was more than "
                  "2% faster." if forced_measured else "Forced routes were not measured in this run."),
               "", md_table(view, kinds), ""]
