@@ -12,6 +12,13 @@ ncu's default cache control flushes the caches before each profiled kernel, so e
 its weights from DRAM (the L2-cold time ORT's CUPTI figures report); ``--clock-control none`` keeps the
 GPU's own clocks. The graph replay of ``numba_nbits.perf`` times a node including the gap between
 dependent graph nodes; this is the kernel alone, the figure a profiler (CUPTI, nsys, ncu) reports.
+
+``--cupti`` times the same default call without ncu, by CUPTI through ``torch.profiler``, the way the perf
+suite times ONNX Runtime's node (``numba_nbits.perf.ort_peer.kernel_time``: the L2 evicted by a read before
+each call, kernels summed, launch gaps excluded), and ORT's node on the same bytes in both its modes where
+onnxruntime's CUDA EP is importable: one line per subject, each checked against the float64 oracle::
+
+    python -m benchmarks.kernel_time --cupti --shape 32x2880 --block 32 --bias
 """
 from __future__ import annotations
 
@@ -48,6 +55,62 @@ def _run(a) -> int:
     return 0 if err <= 2e-3 else 1
 
 
+def _cupti(a) -> int:
+    import numpy as np
+
+    import numba_nbits as nb
+    from numba_nbits.perf import ort_peer
+    from numba_nbits.perf.harness import make_backend
+    from numba_nbits.perf.subjects import Activations, random_activation, random_weights
+
+    why = ort_peer.cupti_available()
+    if why:
+        print(f"--cupti: {why}", file=sys.stderr)
+        return 2
+    N, K = (int(x) for x in a.shape.lower().split("x"))
+    b = make_backend()
+    rng = np.random.default_rng(a.seed)
+    w = random_weights(N, K, a.bits, a.block, "float16", "none", a.bias, rng)
+    acts = Activations(b, a.M, w, 1, rng)
+    op = nb.MatMulNBits(w.B, w.scales, None, None, w.bias, K=K, N=N, bits=a.bits, block_size=a.block)
+    A, Y = acts.A[0].obj, acts.Y[0].obj
+
+    class Ours:
+        route = f"ours:{op.explain(M=a.M).name}"
+
+        def launch(self, i, stream):
+            op(A, out=Y, stream=stream)
+
+        def run_check(self, backend, A_host, rows):
+            backend.upload(acts.A[0], A_host)
+            backend.poison(acts.Y[0])
+            self.launch(0, backend.stream)
+            backend.sync()
+            return backend.rows(acts.Y[0], rows)
+
+    notes: list = []
+    subjects = [Ours()] + ort_peer.ort_subjects(b, a.M, w, acts, notes, flush_bytes=2 * b.l2_bytes)
+    bad = 0
+    for s in subjects:
+        A_h = random_activation(a.M, K, "float16", rng)
+        got = s.run_check(b, A_h, np.arange(a.M)).astype(np.float64)
+        ref = nb.matmul_nbits_ref(A_h, w.B, w.scales, None, None, w.bias, K=K, N=N, bits=a.bits, block_size=a.block)
+        err = nb.relative_error(got, ref)
+        if isinstance(s, Ours):
+            for _ in range(3):
+                s.launch(0, b.stream)
+            t = ort_peer.kernel_time(lambda: s.launch(0, b.stream), b.d.cuCtxSynchronize,
+                                     ort_peer.flush_buffer(2 * b.l2_bytes))
+            bad += err > 2e-3
+        else:
+            t = s.time(b)
+        print(f"{N}x{K} {a.bits}b g{a.block} M={a.M} bias={a.bias} {s.route}: {t['us_p50']:.2f} us kernel time "
+              f"(p20 {t['us_p20']:.2f}, p80 {t['us_p80']:.2f}), relative error {err:.2e}")
+    for name, text in notes:
+        print(f"# {name}: {text}")
+    return 1 if bad else 0
+
+
 def parse(text: str) -> dict:
     """ncu ``--csv`` output -> {kernel name: [microseconds, ...]} (gpu__time_duration.sum rows)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
@@ -74,6 +137,7 @@ def main(argv=None) -> int:
     p.add_argument("--bias", action="store_true")
     p.add_argument("--calls", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cupti", action="store_true", help="time by CUPTI (no ncu), beside ORT's node where importable")
     p.add_argument("--parse", metavar="CSV", help="print the median kernel time per kernel of an ncu --csv file")
     a = p.parse_args(argv)
     if a.parse:
@@ -86,7 +150,7 @@ def main(argv=None) -> int:
             print(f"{statistics.median(ts):8.3f} us  median of {len(ts):3d}  "
                   f"(min {min(ts):.3f}, max {max(ts):.3f})  {name[:100]}")
         return 0
-    return _run(a)
+    return _cupti(a) if a.cupti else _run(a)
 
 
 if __name__ == "__main__":

@@ -31,3 +31,12 @@ def test_the_profiled_default_call_matches_the_oracle(capsys):
 
     assert KT.main(["--shape", "32x256", "--block", "32", "--bias", "--calls", "2"]) == 0
     assert "route gemv_w4 (bias add)" in capsys.readouterr().err
+
+
+def test_cupti_mode_says_why_it_cannot_run_here(capsys, monkeypatch):
+    from benchmarks import kernel_time as KT
+    from numba_nbits.perf import ort_peer
+
+    monkeypatch.setattr(ort_peer, "cupti_available", lambda: "torch's CUDA profiler (CUPTI) not available")
+    assert KT.main(["--cupti", "--shape", "32x256"]) == 2
+    assert "CUPTI" in capsys.readouterr().err
