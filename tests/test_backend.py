@@ -143,6 +143,7 @@ _EXPECTED = {
     "f32_to_f16": ((np.uint16, np.float32), "cvt.rn.f16.f32"),
     "ldg_v4": ((np.uint32, np.uint32), "ld.global.nc.v4.u32"),
     "ldg_v2": ((np.uint32, np.uint32), "ld.global.nc.v2.u32"),
+    "ldg_v4_at": ((np.uint32, np.float16), "ld.global.nc.v4.u32"),
     "st_v4": ((np.uint32, np.uint32), "st.global.v4.b32"),
     "st_v2": ((np.uint32, np.uint32), "st.global.v2.b32"),
     "ldcg": ((np.uint32, np.uint32), "ld.global.cg"),
@@ -168,6 +169,10 @@ def _test_kernel(name, I):  # noqa: N803 - I: the intrinsics module
     if name in ("ldg_v4",):
         def k(o, x):
             a, b, c, d = f(x, cuda.threadIdx.x)
+            o[0] = a + b + c + d
+    elif name == "ldg_v4_at":
+        def k(o, x):
+            a, b, c, d = f(x, cuda.threadIdx.x * 16)
             o[0] = a + b + c + d
     elif name == "ldg_v2":
         def k(o, x):

@@ -244,6 +244,29 @@ def test_router_gpt_oss_shape(rng, bs, dtype):
         check(rng, bits=4, M=M, N=N, K=K, bs=bs, dtype=dtype, zp="none", router=True, bias=bias)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_router_reads_a_16_bytes_at_a_time_and_an_unaligned_a_with_scalar_loads(rng, dtype):
+    """The router's kernel loads A with 16-byte loads; an A whose pointer is not 16-byte aligned (a view into a
+    larger buffer) runs the scalar-load build of the same kernel, made on first need; both match the oracle."""
+    M, N, K, bs = 1, 8, 192, 32
+    npdt = np_dtype(dtype)
+    w, (B, S, Z, bvec) = make(rng, bits=4, N=N, K=K, bs=bs, dtype=dtype, zp="none", bias=True)
+    plan = _build(4, True, w, Problem(M=M, N=N, K=K, bits=4, block_size=bs, dtype=dtype, zero_points="none",
+                                      has_bias=True))
+    assert plan.spec.a_vec and plan.kernel.endswith("_av_bias") and plan._fallback is None
+    buf = rng.standard_normal((1, K + 8)).astype(np.float32).astype(npdt)
+    dbuf = to_device(buf, SIM)
+    for shift in (0, 1):  # A from element 1 of the buffer: 2 or 4 bytes past its (aligned) start
+        A = buf[:, shift:shift + K]
+        a = dbuf.offset(shift * npdt.itemsize, (M, K))
+        out = device_empty((M, N), npdt, SIM)
+        plan.run(a, out, 0)
+        ref = matmul_nbits_ref(A, B, S, Z, None, bvec, K=K, N=N, bits=4, block_size=bs)
+        assert relative_error(to_host(out), ref) <= TOLERANCES[dtype]
+        assert (plan._fallback is not None) == bool(shift)
+    assert not plan._fallback.spec.a_vec and "_av" not in plan._fallback.kernel
+
+
 def test_router_rejects_zero_points(rng):
     w, _ = make(rng, bits=4, N=8, K=64, bs=32, dtype="float16", zp="packed")
     with pytest.raises(ValueError, match="zero points"):

@@ -44,6 +44,23 @@ def test_ldg_v4_twin_checks_the_whole_16_bytes():
         ldg(a, 1.0)
 
 
+def test_ldg_v4_at_twin_reads_16_bytes_at_a_byte_offset_of_any_array():
+    ldg = K.TWINS["ldg_v4_at"]
+    a = np.arange(32, dtype=np.float16).reshape(2, 16)
+    words = a.reshape(-1).view(np.uint32)
+    assert tuple(int(x) for x in ldg(a, 16)) == tuple(int(x) for x in words[4:8])
+    assert tuple(int(x) for x in ldg(a, 48)) == tuple(int(x) for x in words[12:16])  # the last group of row 1
+    for bad in (64, -16):  # past the end; NumPy would wrap a negative one
+        with pytest.raises(IndexError):
+            ldg(a, bad)
+    with pytest.raises(IndexError):
+        ldg(a, 8)  # not a 16-byte group
+    with pytest.raises(TypeError):
+        ldg(a, 16.0)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ldg(a[:, ::2], 0)
+
+
 def test_vector_store_twins_check_bounds():
     a = np.zeros(8, np.uint32)
     K.TWINS["st_v4"](a, 4, 1, 2, 3, 4)

@@ -679,6 +679,54 @@ else:  # pragma: no cover - compiled on a GPU only
     prefetch_l2 = intrinsic(_prefetch_l2)
 
 
+# ---------------------------------------------------------------------------- 16-byte loads at a byte offset
+# ``ldg_v4_at(arr, off)``: the 16 bytes at byte offset ``off`` of any C-contiguous array's data
+# (``ld.global.nc.v4.u32 [data + off]``), as 4 uint32 in memory order: activations of any dtype read 16 bytes at a
+# time without a uint32 view built per call (the router GEMV reads a chunk's 32 fp16 A values in 4 such loads).
+# The caller guarantees that ``data + off`` is 16-byte aligned (the plan checks A's pointer before it launches the
+# kernel that uses it) and that the group lies inside the array. Side-effecting as ``ldg_v4``. The twin reads the
+# same bytes of the NumPy buffer and raises for an offset that is not a multiple of 16 or a group not wholly
+# inside the array.
+
+
+def _ldg_v4_at_py(arr, off):
+    raw = np.asarray(getattr(arr, "_ary", arr))
+    if not raw.flags.c_contiguous:
+        raise ValueError("ldg_v4_at: the array must be C-contiguous")
+    if isinstance(off, (bool, np.bool_)) or not isinstance(off, (int, np.integer)):
+        raise TypeError(f"ldg_v4_at: offset must be an integer, got {type(off).__name__}")
+    o = int(off)
+    if o % 16 or o < 0 or o + 16 > raw.nbytes:
+        raise IndexError(f"ldg_v4_at: bytes [{o}, {o + 16}) of an array of {raw.nbytes} bytes (16-byte groups inside it)")
+    w = raw.reshape(-1).view(np.uint8)[o:o + 16].view(np.uint32)
+    return (np.uint32(w[0]), np.uint32(w[1]), np.uint32(w[2]), np.uint32(w[3]))
+
+
+TWINS["ldg_v4_at"] = _ldg_v4_at_py
+
+if SIMULATED:
+    ldg_v4_at = _ldg_v4_at_py
+else:  # pragma: no cover - compiled on a GPU only
+    def _ldg_v4_at(typingctx, arr, off):
+        if not (isinstance(arr, types.Array) and isinstance(off, types.Integer)):
+            return None
+        rt = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            o = args[1]
+            o = builder.sext(o, _I64) if o.type.width < 64 else o
+            p = builder.add(builder.ptrtoint(ary.data, _I64), o)
+            fnty = ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I64])
+            asm = ir.InlineAsm(fnty, "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l", side_effect=True)
+            res = builder.call(asm, [p])
+            return context.make_tuple(builder, rt, [builder.extract_value(res, k) for k in range(4)])
+
+        return rt(arr, off), codegen
+
+    ldg_v4_at = intrinsic(_ldg_v4_at)
+
+
 # ------------------------------------------------------------------------------- numba-cuda-mlir
 if MLIR:  # pragma: no cover - compiled on a GPU only
     from . import intrinsics_mlir as _mlir

@@ -64,6 +64,14 @@ def ldg_v4(arr, i):
 
 
 @_device
+def ldg_v4_at(arr, off):
+    p = mt.ptr(arr) + off
+    a, b, c, d = cuda.experimental.inline_ptx("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];",
+                                              "=r", _I0, "=r", _I0, "=r", _I0, "=r", _I0, "C", p)
+    return np.uint32(a), np.uint32(b), np.uint32(c), np.uint32(d)
+
+
+@_device
 def ldg_v2(arr, i):
     p = mt.ptr(arr) + i * 8
     a, b = cuda.experimental.inline_ptx("ld.global.nc.v2.u32 {%0, %1}, [%2];", "=r", _I0, "=r", _I0, "C", p)

@@ -116,7 +116,7 @@ class GemvPlan(Plan):
 
 
 def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, warps: int,
-               direct_a: bool = False, bias: bool = False, chunk_bytes: int | None = None,
+               direct_a: bool = False, a_vec: bool = False, bias: bool = False, chunk_bytes: int | None = None,
                grid_cap: int | None = None, tile_cap: int | None = None, l2pf: bool = False) -> GemvPlan:
     """Bind the generic GEMV kernel for ``weights`` and ``problem`` (the families call this).
 
@@ -129,8 +129,11 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
     cb = chunk_bytes or chunk_bytes_for(row_bytes)
     row_chunks = row_bytes // cb
     r = choose_rows_per_warp(N, warps, r_max)
+    if a_vec and not (direct_a and cb == 16 and K % (cb * 8 // w.bits) == 0):
+        raise ValueError(f"16-byte A loads need direct A, 16-byte chunks and K a multiple of a chunk's codes "
+                         f"(K={K}, chunk {cb} bytes)")
     spec = Spec(act=w.dtype, bits=w.bits, block_size=w.block_size, zp_kind=w.zp_kind, chunk_bytes=cb, mt=mt, r=r,
-                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, bias=bias,
+                u=max(1, min(u, -(-row_chunks // 32))), warps=warps, direct_a=direct_a, a_vec=a_vec, bias=bias,
                 l2pf=l2pf and cb == 16)
     kern = kernel_for(spec)
     if direct_a:

@@ -52,7 +52,9 @@ Thread -> data mapping
   otherwise K is cut into balanced tiles with a ``syncthreads`` pair around each staging.
 * The router specialisation (``direct_a``) skips shared memory: a 32 x 2880 problem is latency
   bound, so each lane reads its A values straight from global memory (L1/L2 hits) in the same
-  round trip as its B loads, and the bias is added in fp32 before the store.
+  round trip as its B loads, and the bias is added in fp32 before the store. With ``a_vec`` a chunk's
+  A values (``ch`` contiguous elements) come in ``ch * itemsize / 16`` 16-byte loads (``ldg_v4_at``)
+  instead of one load each; the plan runs it only on a 16-byte aligned A.
 * Indices are 64-bit (``np.int64`` block index), so N*K beyond 2^31 is fine.
 
 Kernels are generated as Python source per specialisation (dtype, bits, block size, zero-point
@@ -74,7 +76,7 @@ from ...formats import FORMATS
 from ...launch import Kernel
 from ..codegen import load_source
 from ..dtypes import LOADS, STORES, array_type
-from ..intrinsics import ldg_v4, prefetch_l2, u32_as_f32
+from ..intrinsics import f16hi_to_f32, f16lo_to_f32, ldg_v4, ldg_v4_at, prefetch_l2, u32_as_f32
 
 #: 2^23 as float32: the magic exponent of the decode trick (0x4B000000).
 MAGIC = 8388608.0
@@ -97,6 +99,7 @@ class Spec:
     u: int  # chunks per lane per iteration (unroll)
     warps: int  # warps per block
     direct_a: bool = False  # read A from global (router) instead of staged shared memory
+    a_vec: bool = False  # direct_a: A read 16 bytes at a time (``ldg_v4_at``; A 16-byte aligned, K whole chunks)
     bias: bool = False  # add bias[n] before the store
     l2pf: bool = False  # prefetch_l2 the B chunks L2PF_AHEAD iterations ahead (16-byte chunks only)
 
@@ -123,7 +126,8 @@ class Spec:
     @property
     def name(self) -> str:
         return (f"gemv_w{self.bits}_{self.act}_g{self.block_size}_{self.zp_kind}_c{self.chunk_bytes}_m{self.mt}"
-                f"_r{self.r}u{self.u}w{self.warps}{'_direct' if self.direct_a else ''}{'_bias' if self.bias else ''}"
+                f"_r{self.r}u{self.u}w{self.warps}{'_direct' if self.direct_a else ''}{'_av' if self.a_vec else ''}"
+                f"{'_bias' if self.bias else ''}"
                 f"{'_l2pf' if self.l2pf else ''}")
 
 
@@ -142,6 +146,15 @@ def field_offset(bits: int, j: int) -> tuple[bool, int]:
 def prescale_exponents(bits: int) -> tuple[int, ...]:
     """Bit offset o(j) per code position j of a word; staged A is multiplied by 2^-o(j)."""
     return tuple(field_offset(bits, j)[1] for j in range(FORMATS[bits].codes_per_word))
+
+
+def _word_value(act: str, word: str, byte: int) -> str:
+    """Expression: the float32 value of the activation at byte ``byte`` (0 or 2; 0 for fp32) of uint32 ``word``."""
+    if act == "float32":
+        return f"u32_as_f32({word})"
+    if act == "float16":
+        return f"f16{'hi' if byte else 'lo'}_to_f32({word})"
+    return f"u32_as_f32({word} & HI16)" if byte else f"u32_as_f32({word} << SH16)"  # bfloat16: the top 16 bits
 
 
 def generate_source(s: Spec) -> str:
@@ -166,6 +179,8 @@ def generate_source(s: Spec) -> str:
     emit(1, "warp = tid >> 5")
     emit(1, f"m0 = np.int64(cuda.blockIdx.y) * {mt}")
     emit(1, "um0 = np.uint64(m0)")
+    if s.a_vec:
+        emit(1, f"arow = m0 * K * {np.dtype(s.act).itemsize}  # byte offset of A's row m0")
     if not s.direct_a:
         emit(1, "sa = cuda.shared.array(0, F32T)")
         emit(1, f"stride_m = tile_chunks * {s.pad}")
@@ -243,7 +258,20 @@ def generate_source(s: Spec) -> str:
         return f"{prefix}_{cnt[0]}"
 
     # ---- A values (direct mode): loaded with the B loads, pre-scaled by constants
-    if s.direct_a:
+    if s.direct_a and s.a_vec:
+        # a chunk's chunk_codes A values are contiguous (chunk_codes * itemsize bytes, a multiple of 16): 16-byte
+        # loads of their bytes at A's row m0, each value taken from its word (two 16-bit values per word)
+        isz = np.dtype(s.act).itemsize
+        for u in range(unroll):
+            emit(lvl, f"kb{u} = arow + cg{u} * {chunk_codes * isz}")
+            for v in range(chunk_codes * isz // 16):
+                emit(lvl, f"av{u}_{v}_0, av{u}_{v}_1, av{u}_{v}_2, av{u}_{v}_3 = ldg_v4_at(a, kb{u} + {16 * v})")
+            for t in range(chunk_codes):
+                o = offs[t % codes_per_word][1]
+                wi, half = divmod(t * isz, 4)
+                word = f"av{u}_{wi // 4}_{wi % 4}"
+                emit(lvl, f"a{u}_{t} = {_word_value(s.act, word, half)} * PS{o}")
+    elif s.direct_a:
         for u in range(unroll):
             emit(lvl, f"ka{u} = np.uint64(cg{u} * {chunk_codes})")
             for t in range(chunk_codes):
@@ -355,6 +383,8 @@ def kernel_namespace(s: Spec) -> dict:
     mask = FORMATS[bits].code_mask
     zp = FORMATS[bits].default_zero_point
     ns = {"cuda": cuda, "np": np, "ld": LOADS[s.act], "st": STORES[s.act], "ldg_v4": ldg_v4, "prefetch_l2": prefetch_l2,
+          "ldg_v4_at": ldg_v4_at, "f16lo_to_f32": f16lo_to_f32, "f16hi_to_f32": f16hi_to_f32,
+          "HI16": np.uint32(0xFFFF0000), "SH16": np.uint32(16),
           "u32_as_f32": u32_as_f32, "F32T": types.float32, "PRESCALE_EXP": prescale_exponents(bits), "min": min,
           "F0": np.float32(0.0), "MAGF": np.float32(MAGIC), "MAGICU": np.uint32(0x4B000000),
           "SHU": np.uint32(HIGH_FIELD_SHIFT[bits]), "ZMASK": np.uint32(mask)}

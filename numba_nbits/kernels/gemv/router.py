@@ -10,7 +10,12 @@ trip), so the design minimises serial steps rather than maximising bandwidth:
 
 * no shared-memory staging and no ``syncthreads``: each lane reads its A values straight from
   global memory (L1/L2 hits after the first warp) in the same round trip as its B loads, scaling
-  them by the decode's power-of-two constants on the fly (``core_source``, ``direct_a``);
+  them by the decode's power-of-two constants on the fly (``core_source``, ``direct_a``). A chunk's
+  32 A values are 64 contiguous bytes, read as four 16-byte loads (``a_vec``, ``ldg_v4_at``): the
+  lanes of a warp read chunks 64 bytes apart, so one scalar load per value made every warp-wide load
+  touch 16 L1 lines, 96 such loads per lane. An A whose data pointer is not 16-byte aligned (a view
+  into a larger buffer) runs the same kernel with scalar A loads (built on first need, outside
+  graph capture; the error during capture says so);
 * one warp per output row (``R`` = 1), 4 warps per block (8 blocks for N = 32), and every lane's
   chunks of the row unrolled at once (``U = ceil(K/32/32)`` = 3 for K = 2880), so each lane issues
   all of its 16-byte B loads before the first use;
@@ -54,12 +59,49 @@ def unmet(problem):
 supports = core.supports_from(unmet)
 
 
+def _plan(weights, problem, route: str, a_vec: bool) -> core.GemvPlan:
+    return core.build_plan(weights, problem, route=route, mt=1, r_max=1, u=U_MAX, warps=WARPS, direct_a=True,
+                           a_vec=a_vec, bias=weights.bias is not None)
+
+
+class RouterPlan(core.GemvPlan):
+    """The router launch with 16-byte A loads; an A not 16-byte aligned runs the scalar-load build instead."""
+
+    def __init__(self, weights, problem, route: str):
+        v = _plan(weights, problem, route, a_vec=True)
+        super().__init__(v.route, v.spec, v.launch, v.shared_mem)
+        self._scalar = lambda: _plan(weights, problem, route, a_vec=False)
+        self._fallback = None
+
+    def enqueue(self, a, out, stream: int) -> None:
+        if a.ptr % 16 == 0:
+            super().enqueue(a, out, stream)
+            return
+        if self._fallback is None:
+            from ...launch import CaptureError, is_capturing
+
+            if is_capturing(stream):
+                raise CaptureError(f"{self.route}: A is not 16-byte aligned and its scalar-load kernel is not built "
+                                   "yet; run a warmup inference with the same A layout outside capture first.")
+            self._fallback = self._scalar()
+        self._fallback.enqueue(a, out, stream)
+
+    def enqueue_runner(self, a_like, o_like):
+        go = super().enqueue_runner(a_like, o_like)
+        if go is None:
+            return None
+
+        def run(pa, po, stream):
+            return pa % 16 == 0 and go(pa, po, stream)  # False: launched nothing, ``enqueue`` takes the call
+
+        return run
+
+
 def build(weights, problem, config=None, route: str = ROUTE) -> core.GemvPlan:
     """Plan for the router problem: one launch computing ``A @ W.T + bias``."""
     core.check(ROUTE, unmet(problem))
     core.check(ROUTE, core.weights_unmet(weights, problem))
-    return core.build_plan(weights, problem, route=route, mt=1, r_max=1, u=U_MAX, warps=WARPS, direct_a=True,
-                           bias=weights.bias is not None)
+    return RouterPlan(weights, problem, route)
 
 
 FAMILY = KernelFamily("router", supports, build, ("gemv/router.py", "gemv/core_source.py"))
