@@ -52,7 +52,8 @@ Thread -> data mapping
   otherwise K is cut into balanced tiles with a ``syncthreads`` pair around each staging.
 * The router specialisation (``direct_a``) skips shared memory: a 32 x 2880 problem is latency
   bound, so each lane reads its A values straight from global memory (L1/L2 hits) in the same
-  round trip as its B loads, and the bias is added in fp32 before the store. With ``a_vec`` a chunk's
+  round trip as its B loads, and the bias (read before the main loop, in flight with the B loads, by the
+  lane that stores the row) is added in fp32 before the store. With ``a_vec`` a chunk's
   A values (``ch`` contiguous elements) come in ``ch * itemsize / 16`` 16-byte loads (``ldg_v4_at``)
   instead of one load each; the plan runs it only on a 16-byte aligned A.
 * Indices are 64-bit (``np.int64`` block index), so N*K beyond 2^31 is fine.
@@ -192,6 +193,12 @@ def generate_source(s: Spec) -> str:
     emit(2, "active = n0 < N")
     for r in range(rows):
         emit(2, f"row{r} = n0 + {r}")
+    if s.bias:  # bias[n] read before the main loop by the lane that stores row n: in flight with the B loads
+        for m in range(mt):
+            for r in range(rows):
+                emit(2, f"bv{m}_{r} = F0")
+                emit(2, f"if active and lane == {(m * rows + r) % 32}:")
+                emit(3, f"bv{m}_{r} = ld(bias, row{r})")
     for m in range(mt):
         for r in range(rows):
             emit(2, f"acc{m}_{r} = np.float32(0.0)")
@@ -369,7 +376,7 @@ def generate_source(s: Spec) -> str:
             idx = m * rows + r
             emit(3, f"if lane == {idx % 32} and m0 + {m} < M:")
             if s.bias:
-                emit(4, f"{v} += ld(bias, row{r})")
+                emit(4, f"{v} += bv{m}_{r}")
             emit(4, f"st(out, (m0 + {m}, row{r}), {v})")
     emit(2, "rg += cuda.gridDim.x")
     return "\n".join(L) + "\n"
