@@ -94,6 +94,8 @@ ENV_PACKED_ONLY = "NUMBA_NBITS_PACKED_ONLY"
 KEY_PACKED_ONLY = "numba_nbits.packed_only"
 ENV_DEQUANT_OVERLAP = "NUMBA_NBITS_DEQUANT_OVERLAP"
 KEY_DEQUANT_OVERLAP = "numba_nbits.dequant_overlap"
+ENV_ROUTER_SMALL_N = "NUMBA_NBITS_ROUTER_SMALL_N"
+KEY_ROUTER_SMALL_N = "numba_nbits.router_small_n"
 # Process-wide knobs of the compiled-kernel cache (read once, at the first kernel compilation).
 ENV_KERNEL_CACHE = "NUMBA_NBITS_KERNEL_CACHE"
 ENV_KERNEL_CACHE_DIR = "NUMBA_NBITS_KERNEL_CACHE_DIR"
@@ -381,6 +383,14 @@ _KNOBS: tuple[_Knob, ...] = (
         "dequantized in N-chunks on a side stream while cuBLAS multiplies the previous chunk (two chunk buffers of "
         "scratch); false: ORT's dequantize + cuBLAS, one step after the other",
     ),
+    _Knob(
+        "router_small_n", ENV_ROUTER_SMALL_N, KEY_ROUTER_SMALL_N, "config",
+        _parse_bool, "bool", "true",
+        "bool: 0/1/true/false; config wins over env",
+        "the `router_gemv` route also serves small-N gates (4-bit, M = 1, N <= 256, K <= 8192, block 32/64, no zero "
+        "points; e.g. DeepSeek-V3's 256x7168), not only ORT's 32x2880: 1.6-2.3x the GEMV it replaces there "
+        "(H100); false (or `NUMBA_NBITS_FUSED_GEMM=0`): ORT's exact router gate",
+    ),
 )
 
 _KNOB_BY_FIELD = {k.field: k for k in _KNOBS}
@@ -429,13 +439,14 @@ class Config:
     fused_gemm: bool = True
     packed_only: bool = False
     dequant_overlap: bool = True
+    router_small_n: bool = True
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for name in ("fpa_intb_gemm", "fpa_intb_debug", "disable_router_gemv",
                      "force_chunked", "gemv_wave_aware", "l2_prefetch", "use_tf32", "call_graphs", "fused_gemm",
-                     "packed_only", "dequant_overlap"):
+                     "packed_only", "dequant_overlap", "router_small_n"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Config.{name} must be a bool, got {getattr(self, name)!r}")
         for name, low in (("chunk_size", 1), ("m_chunk_size", 0),

@@ -177,6 +177,7 @@ BAD_ENV = {
     "NUMBA_NBITS_FUSED_GEMM": ["yes", "2", "off"],
     "NUMBA_NBITS_PACKED_ONLY": ["yes", "2", "off"],
     "NUMBA_NBITS_DEQUANT_OVERLAP": ["yes", "2", "off"],
+    "NUMBA_NBITS_ROUTER_SMALL_N": ["yes", "2", "off"],
 }
 #: env vars that never fail to parse (verbatim strings, ORT's lenient parsers)
 NEVER_FAILING_ENV = {"ORT_FPA_INTB_GEMM", "ORT_FPA_INTB_PROFILE_M", "ORT_CUDA_GEMM_TACTIC_CACHE_DIR",
@@ -205,6 +206,7 @@ BAD_CONFIG = {
     "numba_nbits.fused_gemm": ["no", 2, "TRUE"],
     "numba_nbits.packed_only": ["no", 2, "TRUE"],
     "numba_nbits.dequant_overlap": ["no", 2, "TRUE"],
+    "numba_nbits.router_small_n": ["no", 2, "TRUE"],
 }
 NEVER_FAILING_KEYS = {"ep.cuda.fpa_intb_gemm", "ep.cuda.fpa_intb_profile_m", "ep.cuda.gemm_tactic_cache_dir",
                       "ep.cuda.gemm_tactic_cache_prefix", "ep.cuda.gemm_tactic_cache_tuning_results_prefix"}

@@ -37,6 +37,7 @@ DEFAULTS = {
     "fused_gemm": True,
     "packed_only": False,
     "dequant_overlap": True,
+    "router_small_n": True,
 }
 
 FIELDS = [f.name for f in dataclasses.fields(Config) if f.name != "sources"]
@@ -96,6 +97,7 @@ BOOL_ENVS = [
     (C.ENV_FUSED_GEMM, "fused_gemm"),
     (C.ENV_PACKED_ONLY, "packed_only"),
     (C.ENV_DEQUANT_OVERLAP, "dequant_overlap"),
+    (C.ENV_ROUTER_SMALL_N, "router_small_n"),
 ]
 
 
@@ -369,6 +371,7 @@ BOTH = [
     (C.ENV_FUSED_GEMM, C.KEY_FUSED_GEMM, "1", "0", "fused_gemm", False),
     (C.ENV_PACKED_ONLY, C.KEY_PACKED_ONLY, "0", "1", "packed_only", True),
     (C.ENV_DEQUANT_OVERLAP, C.KEY_DEQUANT_OVERLAP, "1", "0", "dequant_overlap", False),
+    (C.ENV_ROUTER_SMALL_N, C.KEY_ROUTER_SMALL_N, "0", "1", "router_small_n", True),
 ]
 
 
@@ -423,6 +426,7 @@ def test_all_config_keys_accepted():
         "ep.cuda.gemm_tactic_cache_prefix", "ep.cuda.gemm_tactic_cache_tuning_results_prefix",
         "use_tf32", "numba_nbits.force_route", "numba_nbits.scratch_limit_mb", "numba_nbits.call_graphs",
         "numba_nbits.fused_gemm", "numba_nbits.packed_only", "numba_nbits.dequant_overlap",
+        "numba_nbits.router_small_n",
     }
     assert set(C.ENV_VARS) == {
         "ORT_FPA_INTB_GEMM", "ORT_FPA_INTB_PROFILE_M", "ORT_FPA_INTB_DEBUG",
@@ -431,7 +435,7 @@ def test_all_config_keys_accepted():
         "ORT_QUANTIZED_DECODE_L2_PREFETCH", "ORT_CUDA_GEMM_TACTIC_CACHE_DIR",
         "ORT_CUDA_GEMM_TACTIC_CACHE_PREFIX", "ORT_CUDA_GEMM_OPTIONS",
         "NUMBA_NBITS_FORCE_ROUTE", "NUMBA_NBITS_SCRATCH_LIMIT_MB", "NUMBA_NBITS_CALL_GRAPHS", "NUMBA_NBITS_FUSED_GEMM",
-        "NUMBA_NBITS_PACKED_ONLY", "NUMBA_NBITS_DEQUANT_OVERLAP",
+        "NUMBA_NBITS_PACKED_ONLY", "NUMBA_NBITS_DEQUANT_OVERLAP", "NUMBA_NBITS_ROUTER_SMALL_N",
     }
 
 

@@ -217,7 +217,16 @@ def test_router_guards():
     assert rejected_by(P(N=32, K=2880, zero_points="packed"), "router_gemv") == "no_zero_points"
     assert rejected_by(P(N=32, K=2880, M=2), "router_gemv") == "m_is_1"
     assert rejected_by(P(N=32, K=2880, block_size=128), "router_gemv") == "block_in_32_64"
-    assert rejected_by(P(N=40, K=2880), "router_gemv") == "router_shape"
+    # small-N gates (ours): N <= 256, K <= 8192; ORT's exact gate with router_small_n or fused_gemm off
+    for n, k in ((256, 7168), (40, 2880), (8, 64), (256, 8192)):
+        assert route(P(N=n, K=k)) == "router_gemv", (n, k)
+    for n, k in ((264, 4096), (128, 8224)):
+        assert rejected_by(P(N=n, K=k), "router_gemv") == "router_shape", (n, k)
+    for env in ({"NUMBA_NBITS_ROUTER_SMALL_N": "0"}, {"NUMBA_NBITS_FUSED_GEMM": "0"}):
+        ort = load_config(env)
+        assert rejected_by(P(N=256, K=7168), "router_gemv", ort) == "router_shape"
+        assert route(P(N=32, K=2880), ort) == "router_gemv"  # ORT's own gate stays
+    assert route(P(N=256, K=7168), load_config({}, {"numba_nbits.router_small_n": False})) == "gemv_w4"
     off = load_config({"ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION": "1"})
     assert route(p, off) == "gemv_w4"
     assert rejected_by(p, "router_gemv", off) == "router_enabled"

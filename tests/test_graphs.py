@@ -27,10 +27,11 @@ def _layer(rng, N, K, bits, block, zp=None, bias=False, dtype=np.float16):
 
 
 def _decode_layers(rng):
-    return [_layer(rng, D, D, 4, 32, bias=True),          # gemv_w4 + bias-add
+    return [_layer(rng, D, D, 4, 16, bias=True),          # gemv_w4 + bias-add (block 16: not the router's)
             _layer(rng, D, D, 8, 64, zp="packed"),         # gemv_w8
             _layer(rng, D, D, 4, 64, zp="typed"),          # dequant + cuBLAS (typed zp)
-            _layer(rng, D, D, 2, 64, bias=True)]           # gemv_w2 + bias-add
+            _layer(rng, D, D, 2, 64, bias=True),           # gemv_w2 + bias-add
+            _layer(rng, 32, D, 4, 32, bias=True)]          # router_gemv, bias fused (a small-N gate)
 
 
 def test_captured_decode_step_replays_to_eager(rng):
@@ -38,7 +39,7 @@ def test_captured_decode_step_replays_to_eager(rng):
 
     layers = _decode_layers(rng)
     x = cuda.to_device(rng.normal(0, 1, (1, D)).astype(np.float16))
-    bufs = [cuda.device_array((1, D), np.float16) for _ in layers]
+    bufs = [cuda.device_array((1, op.N), np.float16) for op, _ in layers]
 
     def step(stream):
         h = x
@@ -50,9 +51,9 @@ def test_captured_decode_step_replays_to_eager(rng):
     cuda.synchronize()
     eager = [b.copy_to_host() for b in bufs]
     routes = {op.route(1) for op, _ in layers}
-    assert {"gemv_w4", "gemv_w8", "dequant_cublas", "gemv_w2"} <= routes
+    assert {"gemv_w4", "gemv_w8", "dequant_cublas", "gemv_w2", "router_gemv"} <= routes
     for b in bufs:
-        b.copy_to_device(np.full((1, D), np.nan, np.float16))
+        b.copy_to_device(np.full(b.shape, np.nan, np.float16))
     graph = nb.capture(step)
     for _ in range(REPLAYS):
         graph.replay()
@@ -62,7 +63,7 @@ def test_captured_decode_step_replays_to_eager(rng):
     # and the eager chain itself is right
     h = x.copy_to_host()
     for (op, (B, s, zp, b)), e in zip(layers, eager):
-        ref = matmul_nbits_ref(h, B, s, zp, None, b, K=D, N=D, bits=op.bits, block_size=op.block_size)
+        ref = matmul_nbits_ref(h, B, s, zp, None, b, K=D, N=op.N, bits=op.bits, block_size=op.block_size)
         assert relative_error(e, ref) <= TOLERANCES["float16"]
         h = e
     graph.close()

@@ -328,7 +328,7 @@ def test_runner_kernel_time_of_a_default_call(monkeypatch):
     def events(runs):
         calls.clear()
         runs()
-        return [("gemv", next(per) * ort_peer.RUNS_PER_SAMPLE), ("Memcpy HtoD", 50.0)]
+        return [("gemv", 0.0, next(per) * ort_peer.RUNS_PER_SAMPLE), ("Memcpy HtoD", 0.0, 50.0)]
 
     monkeypatch.setattr(ort_peer, "cupti_events", events)
     assert ort_peer.kernel_time_of_ours(bk, Subj(), 1 << 20) == {"us_kernel": 3.0}
@@ -425,10 +425,21 @@ def test_ort_model_matches_oracle_on_cpu(zp, bias):
 def test_ort_kernel_time_counts_ort_kernels_not_memsets_or_copies():
     from numba_nbits.perf.ort_peer import kernel_us
 
-    ev = [("gemv_kernel", 2.0), ("Memset (Device)", 5.0), ("Memcpy DtoD (Device -> Device)", 1.0), ("cutlass", 3.5),
-          ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half> >(...)", 40.0),
-          ("_ZN2at6native13reduce_kernelILi512ELi1E", 40.0)]
+    ev = [("gemv_kernel", 0.0, 2.0), ("Memset (Device)", 2.0, 5.0), ("Memcpy DtoD (Device -> Device)", 7.0, 1.0),
+          ("cutlass", 10.0, 3.5),
+          ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half> >(...)", 20.0, 40.0),
+          ("_ZN2at6native13reduce_kernelILi512ELi1E", 60.0, 40.0)]
     assert kernel_us(ev) == 5.5 and kernel_us([]) == 0.0
+
+
+def test_kernel_time_is_the_union_of_kernel_intervals():
+    """Kernels overlapping on two streams count once; gaps between kernels do not count; a kernel inside
+    another adds nothing."""
+    from numba_nbits.perf.ort_peer import kernel_us
+
+    ev = [("dequant_chunk1", 10.0, 4.0), ("gemm_chunk0", 8.0, 5.0), ("gemm_chunk1", 14.0, 5.0),
+          ("inside", 15.0, 1.0), ("later", 30.0, 2.0)]
+    assert kernel_us(ev) == pytest.approx((19.0 - 8.0) + 2.0)
 
 
 def test_ort_environ_sets_then_restores(monkeypatch):
@@ -470,7 +481,8 @@ def test_ort_peer_times_each_run_after_an_l2_flush_with_its_mode_set(monkeypatch
         log.clear()
         runs()
         us = next(per_run) * ort_peer.RUNS_PER_SAMPLE
-        return [("void at::native::reduce_kernel<...>", 100.0), ("fpA_intB_gemv", us - 1.0), ("bias", 1.0)]
+        return [("void at::native::reduce_kernel<...>", 0.0, 100.0), ("fpA_intB_gemv", 100.0, us - 1.0),
+                ("bias", 100.0 + us - 1.0, 1.0)]
 
     monkeypatch.setattr(ort_peer, "cupti_events", fake_events)
     monkeypatch.delenv(ort_peer.FPA_INTB_ENV, raising=False)
@@ -478,7 +490,7 @@ def test_ort_peer_times_each_run_after_an_l2_flush_with_its_mode_set(monkeypatch
     assert log == [("flush",), ("run", "1")] * ort_peer.RUNS_PER_SAMPLE
     assert out["us_p50"] == 2.5 and out["timing"] == "cupti" and out["samples"] == ort_peer.SAMPLES
     assert ort_peer.FPA_INTB_ENV not in os.environ
-    monkeypatch.setattr(ort_peer, "cupti_events", lambda runs: [("Memset (Device)", 3.0)])
+    monkeypatch.setattr(ort_peer, "cupti_events", lambda runs: [("Memset (Device)", 0.0, 3.0)])
     with pytest.raises(RuntimeError, match="no kernel of the timed call"):
         peer.time(type("Bk", (), {"d": Drv()})())
 

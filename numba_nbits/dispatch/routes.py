@@ -10,7 +10,9 @@ One route is ours, not the spec's: ``fused_gemm`` (``kernels/gemv/small_gemm.py`
 dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 256, 8-bit to
 M = 128: ``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the dequantize + cuBLAS it replaces
 there on the H200. ``numba_nbits.fused_gemm`` /
-``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. Each guard is a pure predicate over ``(Problem, Config)`` with the
+``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. The router GEMV's gate is ORT's (32 x 2880)
+widened to small-N gates (``router_shape``: N <= 256, K <= 8192; ``numba_nbits.router_small_n``), which the same switch
+(or ``NUMBA_NBITS_ROUTER_SMALL_N=0``) narrows back. Each guard is a pure predicate over ``(Problem, Config)`` with the
 text that explains it; ``select.py`` walks this table, the README's route table and
 ``python -m numba_nbits.explain`` print it, and the CPU-only tests assert it.
 
@@ -90,8 +92,21 @@ def block_in(sizes):
 
 #: (N, K) shapes served by the router GEMV (spec §5: gpt-oss-20b's router). Add a shape here.
 ROUTER_SHAPES = frozenset({(32, 2880)})
+#: the small-N gates the router GEMV also serves (ours, not ORT's gate: ``numba_nbits.router_small_n``, on by default,
+#: and ``numba_nbits.fused_gemm``): N <= 256 rows of K <= 8192 (DeepSeek-V3's 256 x 7168 router, small MoE gates)
+ROUTER_SMALL_N_MAX_N = 256
+ROUTER_SMALL_N_MAX_K = 8192
 
-router_shape = G("router_shape", "(N, K) in ROUTER_SHAPES {(32, 2880)}", lambda p, c: (p.N, p.K) in ROUTER_SHAPES)
+
+def _router_shape(p: Problem, c: Config) -> bool:
+    if (p.N, p.K) in ROUTER_SHAPES:
+        return True
+    return c.router_small_n and c.fused_gemm and p.N <= ROUTER_SMALL_N_MAX_N and p.K <= ROUTER_SMALL_N_MAX_K
+
+
+router_shape = G("router_shape", f"(N, K) in ROUTER_SHAPES {{(32, 2880)}}, or N <= {ROUTER_SMALL_N_MAX_N} and "
+                 f"K <= {ROUTER_SMALL_N_MAX_K} with numba_nbits.router_small_n / NUMBA_NBITS_ROUTER_SMALL_N and "
+                 "numba_nbits.fused_gemm on (default)", _router_shape)
 router_enabled = G("router_enabled", "ORT_DISABLE_QMOE_ROUTER_GEMV_SPECIALIZATION unset/0",
                    lambda p, c: not c.disable_router_gemv)
 no_zero_points = G("no_zero_points", "no zero_points input", lambda p, c: p.zero_points == "none")
@@ -229,7 +244,8 @@ ROUTES: tuple = (
           "fused", "fpA_intB mixed GEMM (tensor cores), tactic profiled per M bucket (spec §7)"),
     Route("router_gemv", "router", FUSED + (bits_is(4), no_zero_points, m_is_one, block_in({32, 64}), k_mult_block,
                                             router_shape, router_enabled),
-          "fused", "4-bit MoE-router GEMV, bias fused (spec §5)"),
+          "fused", "4-bit MoE-router GEMV, bias fused (spec §5; small-N gates N <= 256, K <= 8192 are ours, not "
+                   "ORT's gate: NUMBA_NBITS_ROUTER_SMALL_N=0 or NUMBA_NBITS_FUSED_GEMM=0 turns them off)"),
     Route("gemv_w4", "gemv_w4", FUSED + (bits_is(4), m_positive, m_at_most(16), block_in({16, 32, 64, 128}),
                                          smem_gate_w4),
           "add", "4-bit fused GEMV, M = 1..16 (spec §4.1); tensor cores for fp16/bf16"),

@@ -11,8 +11,8 @@ path):
 Each runs a one-node ``com.microsoft::MatMulNBits`` model (``matmulnbits_model``: B, scales, zero points and
 bias as initializers) through IO binding on our device buffers. ORT launches on its own stream with host work
 between nodes, so events on a stream would time its host path; instead the GPU time of all of ORT's kernels
-per run is read from CUPTI (``torch.profiler``'s CUDA activity, which records every kernel of the process) and
-summed. Before each timed run the L2 is flushed by *reading* a buffer of twice its size (a torch reduction:
+per run is read from CUPTI (``torch.profiler``'s CUDA activity, which records every kernel of the process): the
+union of their intervals (overlapping kernels once, gaps between them not at all). Before each timed run the L2 is flushed by *reading* a buffer of twice its size (a torch reduction:
 clean lines, so ORT's kernels evict without writing back; with a memset there instead, which leaves the L2
 dirty, ORT's M <= 16 times came out 1.02-2.1x those of the reference table measured by rotation on the same GPU
 model: ``benchmarks/results/2026-12-06-h200-readme/``), so ORT reads its weights from DRAM, as our rotated graph
@@ -100,20 +100,30 @@ def environ(values: dict):
 
 
 def kernel_us(events) -> float:
-    """Summed duration (us) of ORT's kernels among profiler device events ``(name, microseconds)``: every CUDA
-    activity except memsets, copies and the flush's ATen reduction."""
-    return float(sum(us for name, us in events
-                     if not str(name).startswith(_NOT_ORT) and not any(f in str(name) for f in _FLUSH_KERNEL)))
+    """GPU time (us) covered by the kernels among profiler device events ``(name, start_us, duration_us)``: every
+    CUDA activity except memsets, copies and the flush's ATen reduction, as the union of their intervals, so
+    kernels that overlap on two streams (``dequant_overlap``) count once and the gaps between kernels not at all
+    (summing durations counted overlapped kernels twice: 1.2-1.6x a ``dequant_overlap`` call's graph time,
+    H100 2026-12-06)."""
+    spans = sorted((float(t0), float(t0) + float(us)) for name, t0, us in events
+                   if not str(name).startswith(_NOT_ORT) and not any(f in str(name) for f in _FLUSH_KERNEL))
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def cupti_events(run) -> list:
-    """``run()`` under ``torch.profiler`` (CUDA activity only): the device events as ``(name, us)``."""
+    """``run()`` under ``torch.profiler`` (CUDA activity only): the device events as ``(name, start_us, us)``."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run()
-    return [(e.name(), e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events()
+    return [(e.name(), e.start_ns() / 1e3, e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events()
             if e.device_type() == DeviceType.CUDA]
 
 
