@@ -2,7 +2,7 @@
 
 Sections between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers are produced from code:
 ``routes`` from ``dispatch/routes.py`` (the same table dispatch runs), ``env`` from ``config.ENV_TABLE``,
-``perf`` from the newest committed results under ``benchmarks/results/`` (``numba_nbits.perf.report.readme_summary``;
+``perf`` from the newest committed results under ``benchmarks/results/`` (the latest ``meta.json`` date) (``numba_nbits.perf.report.readme_summary``;
 shard directories of a split sweep are skipped, their merge is what is shown).
 ``--check`` exits 1 when the README is out of date (the test suite runs it).
 """
@@ -40,14 +40,25 @@ def _is_shard(d: Path) -> bool:
         return False
 
 
+def _measured_at(d: Path) -> tuple:
+    """Sort key of a results directory: when its run was measured (``meta.json``'s ``env.date``), then its name."""
+    try:
+        import json
+
+        date = str(json.loads((d / "meta.json").read_text()).get("env", {}).get("date") or "")
+    except (OSError, ValueError):
+        date = ""
+    return (date, d.name)
+
+
 def _perf() -> str:
     try:
         from .perf import RESULTS_DIR as results
         from .perf.report import readme_summary
     except ImportError:
         return "_No performance results committed yet._"
-    dirs = sorted(p for p in results.iterdir() if (p / "results.csv").is_file() and not _is_shard(p)) \
-        if results.is_dir() else []
+    dirs = sorted((p for p in results.iterdir() if (p / "results.csv").is_file() and not _is_shard(p)),
+                  key=_measured_at) if results.is_dir() else []
     if not dirs:
         return "_No performance results committed yet._"
     return readme_summary(dirs[-1], link=dirs[-1].relative_to(ROOT))
