@@ -2,8 +2,9 @@
 
 Sections between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` markers are produced from code:
 ``routes`` from ``dispatch/routes.py`` (the same table dispatch runs), ``env`` from ``config.ENV_TABLE``,
-``perf`` from the newest committed results under ``benchmarks/results/`` (the latest ``meta.json`` date) (``numba_nbits.perf.report.readme_summary``;
-shard directories of a split sweep are skipped, their merge is what is shown).
+``perf`` from the newest committed results under ``benchmarks/results/`` (the latest ``meta.json`` date;
+``numba_nbits.perf.report.readme_summary``; shard
+directories of a split sweep are skipped, their merge is what is shown).
 ``--check`` exits 1 when the README is out of date (the test suite runs it).
 """
 from __future__ import annotations

@@ -697,7 +697,8 @@ def _ldg_v4_at_py(arr, off):
         raise TypeError(f"ldg_v4_at: offset must be an integer, got {type(off).__name__}")
     o = int(off)
     if o % 16 or o < 0 or o + 16 > raw.nbytes:
-        raise IndexError(f"ldg_v4_at: bytes [{o}, {o + 16}) of an array of {raw.nbytes} bytes (16-byte groups inside it)")
+        raise IndexError(f"ldg_v4_at: bytes [{o}, {o + 16}) of an array of {raw.nbytes} bytes "
+                         "(16-byte groups inside it)")
     w = raw.reshape(-1).view(np.uint8)[o:o + 16].view(np.uint32)
     return (np.uint32(w[0]), np.uint32(w[1]), np.uint32(w[2]), np.uint32(w[3]))
 

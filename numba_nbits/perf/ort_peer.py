@@ -10,15 +10,15 @@ path):
 
 Each runs a one-node ``com.microsoft::MatMulNBits`` model (``matmulnbits_model``: B, scales, zero points and
 bias as initializers) through IO binding on our device buffers. ORT launches on its own stream with host work
-between nodes, so events on a stream would time its host path; instead the GPU time of all of ORT's kernels
-per run is read from CUPTI (``torch.profiler``'s CUDA activity, which records every kernel of the process): the
-union of their intervals (overlapping kernels once, gaps between them not at all). Before each timed run the L2 is flushed by *reading* a buffer of twice its size (a torch reduction:
-clean lines, so ORT's kernels evict without writing back; with a memset there instead, which leaves the L2
-dirty, ORT's M <= 16 times came out 1.02-2.1x those of the reference table measured by rotation on the same GPU
-model: ``benchmarks/results/2026-12-06-h200-readme/``), so ORT reads its weights from DRAM, as our rotated graph
-replays do. The flush's own kernel (ATen's, ``at::native``), memsets and copies are not ORT's and are not counted. The
-result is kernel time per node, without launch gaps: a bound our graph-replay figure (which includes the gap
-between dependent nodes) is compared against, so small shapes favour ORT in the comparison, never us.
+between nodes, so events on a stream would time its host path; instead the GPU time of ORT's kernels per run is
+read from CUPTI (``torch.profiler``'s CUDA activity, which records every kernel of the process): the union of
+their intervals (overlapping kernels once, gaps between them not at all; ``kernel_us``). Before each timed run the
+L2 is flushed by *reading* a buffer of twice its size (a torch reduction: clean lines, so the kernels evict without
+writing back; a memset there instead leaves the L2 dirty, and ORT's M <= 16 times came out 1.02-2.1x those of the
+reference table measured by rotation on the same GPU model: ``benchmarks/results/2026-12-06-h200-readme/``), so
+the weights come from DRAM, as in our rotated graph replays. The flush's own kernel (ATen's, ``at::native``),
+memsets and copies are not counted. The result is kernel time per node, without launch gaps; the default call of
+ours is timed the same way (``kernel_time_of_ours``: ``us_kernel``) and ORT's ratios are taken over that.
 Without torch's CUDA profiler the peers are skipped with a note (and the run adds ORT's reference rows).
 """
 from __future__ import annotations

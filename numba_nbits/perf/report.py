@@ -21,7 +21,8 @@ from .shapes import DTYPE_SHORT, README_MS, ROUTER_AB_VARIANT, SHAPES
 
 COLUMNS = ["shape", "N", "K", "M", "bits", "block", "dtype", "zp", "bias", "variant", "tier", "kind", "route",
            "forced", "auto_route", "source", "us", "timing", "us_p50", "us_p20", "us_p80", "us_graph", "us_graph_p20",
-           "us_graph_p80", "us_kernel", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold", "warmup_s",
+           "us_graph_p80", "us_kernel", "host_us", "n_batch", "samples", "copies", "working_set_mb", "l2_cold",
+           "warmup_s",
            "bytes", "flops", "tb_s", "tflops", "pct_bw", "pct_flops", "pct_roofline", "rel_err", "tol", "correct",
            "error", "note", "check_note", "graph_note", "gpu", "sm_count", "driver", "numba_cuda", "cuda_core", "torch",
            "git_commit", "date", "case_index", "shard"]
