@@ -267,6 +267,24 @@ def test_router_reads_a_16_bytes_at_a_time_and_an_unaligned_a_with_scalar_loads(
     assert not plan._fallback.spec.a_vec and "_av" not in plan._fallback.kernel
 
 
+def test_router_small_n_gate_through_the_operator(rng):
+    """A small-N gate that is not ORT's 32 x 2880 goes through the router GEMV by default (bias fused), its K
+    long enough that each lane loops over its chunks twice; with ``NUMBA_NBITS_ROUTER_SMALL_N=0`` the same node
+    takes the GEMV and its bias-add; both match the oracle."""
+    import numba_nbits as nb
+
+    N, K, bs = 16, 4160, 32  # 130 chunks of 32 codes: two rounds of U_MAX = 4 chunks per lane
+    W = (rng.standard_normal((N, K)) * 0.05).astype(np.float16)
+    B, S, Z = quantize(W, 4, bs, symmetric=True)
+    bvec = rng.uniform(-1, 1, N).astype(np.float16)
+    A = rng.standard_normal((1, K)).astype(np.float16)
+    ref = matmul_nbits_ref(A, B, S, Z, None, bvec, K=K, N=N, bits=4, block_size=bs)
+    for env, route in (({}, "router_gemv"), ({"NUMBA_NBITS_ROUTER_SMALL_N": "0"}, "gemv_w4")):
+        op = nb.MatMulNBits(B, S, Z, None, bvec, K=K, N=N, bits=4, block_size=bs, environ=env)
+        assert op.route(1) == route
+        assert relative_error(np.asarray(op(A)), ref) <= TOLERANCES["float16"]
+
+
 def test_router_rejects_zero_points(rng):
     w, _ = make(rng, bits=4, N=8, K=64, bs=32, dtype="float16", zp="packed")
     with pytest.raises(ValueError, match="zero points"):
