@@ -30,6 +30,8 @@ def test_the_profiled_default_call_matches_the_oracle(capsys):
     from benchmarks import kernel_time as KT
 
     assert KT.main(["--shape", "32x256", "--block", "32", "--bias", "--calls", "2"]) == 0
+    assert "route router_gemv (bias fused)" in capsys.readouterr().err  # a small-N gate
+    assert KT.main(["--shape", "32x256", "--block", "128", "--bias", "--calls", "2"]) == 0
     assert "route gemv_w4 (bias add)" in capsys.readouterr().err
 
 
