@@ -193,6 +193,20 @@ def smallest_tile(M: int, tiles: tuple) -> int:
     return tiles[-1]
 
 
+def unaligned_fallback(plan, stream: int, build, what: str):
+    """The plan an A that is not 16-byte aligned runs instead of ``plan``'s 16-byte-load kernel: ``plan._fallback``,
+    made by ``build()`` on first need; during graph capture, where nothing may be built, a ``CaptureError`` names
+    ``what`` and asks for a warmup with the same A layout first."""
+    if plan._fallback is None:
+        from ...launch import CaptureError, is_capturing
+
+        if is_capturing(stream):
+            raise CaptureError(f"{plan.route}: A is not 16-byte aligned and {what} is not built yet; run a warmup "
+                               "inference with the same A layout outside capture first.")
+        plan._fallback = build()
+    return plan._fallback
+
+
 def supports_from(unmet):
     """A family's ``supports(problem)``: true when ``unmet(problem)`` yields nothing."""
     def supports(problem) -> bool:

@@ -330,14 +330,9 @@ class TensorCorePlan(Plan):
         if a.ptr % 16 == 0:
             self.mma.enqueue(a, out, stream)
             return
-        if self._fallback is None:
-            from ...launch import CaptureError, is_capturing
+        from . import core
 
-            if is_capturing(stream):
-                raise CaptureError(f"{self.route}: A is not 16-byte aligned and the CUDA-core fallback is not built "
-                                   "yet; run a warmup inference with the same A layout outside capture first.")
-            self._fallback = self._cuda_core()
-        self._fallback.enqueue(a, out, stream)
+        core.unaligned_fallback(self, stream, self._cuda_core, "the CUDA-core fallback").enqueue(a, out, stream)
 
 
 def build_route(family: str, unmet, weights, problem, route: str, cuda_core, kernel: str, tactic,

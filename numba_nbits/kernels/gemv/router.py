@@ -83,14 +83,7 @@ class RouterPlan(core.GemvPlan):
         if a.ptr % 16 == 0:
             super().enqueue(a, out, stream)
             return
-        if self._fallback is None:
-            from ...launch import CaptureError, is_capturing
-
-            if is_capturing(stream):
-                raise CaptureError(f"{self.route}: A is not 16-byte aligned and its scalar-load kernel is not built "
-                                   "yet; run a warmup inference with the same A layout outside capture first.")
-            self._fallback = self._scalar()
-        self._fallback.enqueue(a, out, stream)
+        core.unaligned_fallback(self, stream, self._scalar, "its scalar-load kernel").enqueue(a, out, stream)
 
     def enqueue_runner(self, a_like, o_like):
         go = super().enqueue_runner(a_like, o_like)
