@@ -415,3 +415,17 @@ def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
     if SIM:
         assert plan.grid == min(3, GT.SIM_SM_COUNT)  # 3 tile groups over the persistent CTAs
     _check(_run(w, A, 1), ref, "float16")
+
+
+def test_plans_take_the_table_of_their_device(rng, monkeypatch):
+    """``build`` asks for the tuned table of the device it runs on (``tactics.device_gpu``: the device's name,
+    the default GPU's on the simulator) and serves that GPU's row."""
+    N, K, bs = 48, 256, 32
+    seen = []
+    monkeypatch.setattr(GT, "tuned_table", lambda bits, gpu=GT.DEFAULT_GPU: seen.append(gpu) or (
+        {(N, K, bs, 1): "t1w2u2p1"} if gpu == "g9" else {}))
+    monkeypatch.setattr(G, "device_gpu", lambda simulated: "g9")
+    w, A, ref = _make(rng, N, K, bs, "float16", "none", 1)
+    p = Problem(M=1, N=N, K=K, bits=4, block_size=bs, dtype="float16", zero_points="none")
+    assert G.build(w, p).tactic == T.parse("t1w2u2p1") and seen == ["g9"]
+    assert GT.device_gpu(True) == GT.DEFAULT_GPU

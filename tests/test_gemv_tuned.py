@@ -144,3 +144,70 @@ def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
         assert T.tuned_table(4, "g") == T.tuned_table(4, "g", "numba")
     finally:
         T._load_tables.cache_clear()
+
+
+@pytest.mark.parametrize("name,key", [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), (b"NVIDIA H100 PCIe", "h100"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L40S", "l40s"), ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
+])
+def test_gpu_key_of_device_names(name, key):
+    assert T.gpu_key(name) == key
+
+
+def test_a_gpus_table_replaces_the_bit_widths_it_has(tmp_path, monkeypatch):
+    """Per bit width: the GPU's own rows where its file has that width (not merged with the default GPU's, so the
+    nearest-shape lookup never mixes two GPUs' fits), the default GPU's elsewhere; a compiler's file applies to
+    the widths of the GPU it was fitted on."""
+    v = T.KERNEL_VERSION
+
+    def table(gpu, **rows):
+        return json.dumps({"gpu": gpu, "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
+                           "sources": {}, "tables": {b[1:]: [list(r) for r in rs] for b, rs in rows.items()}})
+
+    d = T.DEFAULT_GPU
+    (tmp_path / f"{d}-v{v}.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u2p1"),
+                                                            (8192, 4096, 32, 1, "t1w4u1p1")],
+                                                   b8=[(4096, 4096, 128, 1, "t1w4u1")]))
+    (tmp_path / f"{d}-v{v}-mlir.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u1p2")],
+                                                        b8=[(4096, 4096, 128, 1, "t1w8u1")]))
+    (tmp_path / f"g2-v{v}.json").write_text(table("g2", b4=[(4096, 4096, 32, 1, "t1w4u2p1")]))
+    monkeypatch.setattr(T, "TUNED_DIR", tmp_path)
+    T._load_tables.cache_clear()
+    try:
+        assert T.tuned_table(4, "g2", "numba") == T.tuned_table(4, "g2", "mlir") == {(4096, 4096, 32, 1): "t1w4u2p1"}
+        assert T.tuned_table(8, "g2", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+        assert T.tuned_table(8, "g2", "mlir") == {(4096, 4096, 128, 1): "t1w8u1"}  # the default GPU's, its overlay
+        assert T.tuned_table(4, d, "mlir") == {(4096, 4096, 32, 1): "t1w8u1p2", (8192, 4096, 32, 1): "t1w4u1p1"}
+        assert T.tuned_table(4, "no-such-gpu", "numba") == T.tuned_table(4, d, "numba")
+        assert T.default_tactic(4096, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"
+        assert T.default_tactic(8192, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"  # nearest row of g2's own fit
+        assert T.default_tactic(8192, 4096, 32, 1, 4).tag == "t1w4u1p1"
+    finally:
+        T._load_tables.cache_clear()
+
+
+def _other_tables():
+    return sorted(p for p in T.TUNED_DIR.glob(f"*-v{T.KERNEL_VERSION}.json") if p.name != TABLE.name)
+
+
+@pytest.mark.parametrize("path", _other_tables(), ids=lambda p: p.name)
+def test_each_gpus_table_is_served_to_that_gpu(path, monkeypatch):
+    """A GPU's own table (``<gpu>-v<version>.json`` beside the default GPU's): its file names it, its tags are
+    canonical, its source exists, and numba-cuda's processes on that GPU get each of its rows."""
+    import numba_nbits.backend as B
+
+    monkeypatch.setattr(B, "compiler", lambda: "numba")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    gpu = path.name.split("-v")[0]
+    assert data["gpu"] == gpu != T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
+    for src in data["sources"].values():
+        assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
+    rows = _rows_of(data)
+    assert rows
+    for bits, N, K, bs, mc, tag in rows:
+        assert T.Tactic.parse(tag).tag == tag
+        for M in CLASS_MS[mc]:
+            assert T.default_tactic(N, K, bs, M, bits, gpu=gpu) == T.Tactic.parse(tag), (gpu, bits, N, K, bs, M)
+

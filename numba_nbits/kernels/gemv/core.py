@@ -60,19 +60,21 @@ _DEVICE_INFO = {}
 
 
 def device_info():
-    """(SM count, shared memory per SM) of the current device (GPU only; cached)."""
+    """(SM count, shared memory per SM, name) of the current device (GPU only; cached)."""
     if not _DEVICE_INFO:
         dev = cuda.get_current_device()
         _DEVICE_INFO["sms"] = int(dev.MULTIPROCESSOR_COUNT)
         _DEVICE_INFO["smem_sm"] = int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-    return _DEVICE_INFO["sms"], _DEVICE_INFO["smem_sm"]
+        name = dev.name
+        _DEVICE_INFO["name"] = name.decode() if isinstance(name, bytes) else str(name)
+    return _DEVICE_INFO["sms"], _DEVICE_INFO["smem_sm"], _DEVICE_INFO["name"]
 
 
 def resident_blocks(kernel: Kernel, threads: int, smem: int) -> int:
     """Blocks of this kernel that fit on one SM at once (threads, registers, shared memory)."""
     regs = max(kernel.registers(), 1)
     regs = -(-regs // 8) * 8
-    _, smem_sm = device_info()
+    _, smem_sm, _ = device_info()
     by_threads = 2048 // threads
     by_regs = 65536 // (regs * threads)
     by_smem = smem_sm // (smem + 1024) if smem else 32
@@ -148,7 +150,7 @@ def build_plan(weights, problem, *, route: str, mt: int, r_max: int, u: int, war
     grid_x = n_groups
     if not w.simulated and not direct_a and tile >= row_chunks:
         # persistent blocks: A staged once per block, blocks stride over the row groups
-        sms, _ = device_info()
+        sms, _, _ = device_info()
         grid_x = min(n_groups, sms * resident_blocks(kern, spec.threads, smem))
     if grid_cap:
         grid_x = min(grid_x, grid_cap)

@@ -35,7 +35,18 @@ from .mma_xa import copies_ahead as xa_copies_ahead
 from .mma_xa import gen_source_xa
 from .mma_xa import layout as xa_layout
 from .repack import prepack
-from .tactics import MAX_M, WG_MAX_M, Tactic, default_tactic, m_tiles, sm_count, supports, wgmma_ok, wide_tactic
+from .tactics import (
+    MAX_M,
+    WG_MAX_M,
+    Tactic,
+    default_tactic,
+    device_gpu,
+    m_tiles,
+    sm_count,
+    supports,
+    wgmma_ok,
+    wide_tactic,
+)
 
 ROUTE = "gemv_mma"
 def generate_source(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int = 4, l2pf: bool = False,
@@ -296,7 +307,7 @@ def build(weights, problem, config=None, tactic: Tactic | None = None, packed: P
         tac = wide_tactic(problem)
     if tac is None:
         tac = default_tactic(weights.N, weights.K, weights.block_size, problem.M, weights.bits,
-                             wgmma_ok(weights.simulated))
+                             wgmma_ok(weights.simulated), gpu=device_gpu(weights.simulated))
         if tac.smem:  # a tuned shared-memory ring, fitted to this specialisation's shared memory
             tac = fitted(tac, m_tiles(problem.M), weights.block_size, weights.zp_kind, weights.bits)
     if tac.xa and not xa_applies(weights.K, weights.block_size, weights.bits):

@@ -12,11 +12,12 @@ tables were measured with: a change to the generators that moves timings bumps i
 older version are not used. The same kernel source compiles to different code under numba-cuda-mlir, so a
 table can be fitted under it too: ``tuned/<gpu>-v<KERNEL_VERSION>-mlir.json``, whose rows replace the same keys
 of the GPU's table in processes whose kernels that compiler builds (``backend.compiler()``; ``h200-v2-mlir.json``:
-``benchmarks/results/2026-12-06-h200-backend-v4/``). Lookup rule: the table of ``gpu`` when there is one for this
-version, else the table of ``DEFAULT_GPU`` (the H200, the GPU the tables were fitted on; its tactics are valid on
-any sm_80+ GPU, only possibly not the fastest there). Plans do not name a GPU today, so every plan
-uses ``DEFAULT_GPU``'s table. Tags with ``k`` (split-K across CTAs) make a plan own a workspace, so
-the fit takes them only when they win by a clear margin.
+``benchmarks/results/2026-12-06-h200-backend-v4/``). Plans take the table of the GPU they run on (``gpu_key`` of
+the device's name: ``h100``, ``h200``, ...; ``DEFAULT_GPU`` on the simulator). Lookup rule, per bit width: the
+rows of ``gpu``'s table when it has that bit width for this version, else those of ``DEFAULT_GPU`` (the H200,
+the GPU every bit width was fitted on; its tactics are valid on any sm_80+ GPU, only possibly not the fastest
+there: ``h100-v2.json`` is the H100's 4-bit refit). Tags with ``k`` (split-K across CTAs) make a plan own a
+workspace, so the fit takes them only when they win by a clear margin.
 
 Profiler variants (spec §8; ``kernels.fpa_intb`` names them ``gemv:<route>+<variant>``)
 --------------------------------------------------------------------------------------
@@ -241,19 +242,22 @@ def _read_tables(path: Path) -> dict:
 
 @lru_cache(maxsize=None)
 def _load_tables(gpu: str, compiler: str = "numba") -> dict:
-    """``bits -> {(N, K, block_size, m_class): tag}`` of ``gpu``'s file, or of ``DEFAULT_GPU`` without one; for
-    another compiler than numba-cuda, the rows of that GPU's ``-<compiler>`` file (where one was fitted) replace
-    those of the same key."""
-    path = _table_path(gpu)
-    if not path.is_file():
-        gpu, path = DEFAULT_GPU, _table_path(DEFAULT_GPU)
-    if not path.is_file():  # no table fitted to this kernel version yet: every shape takes the rules
-        return {}
-    tables = _read_tables(path)
-    extra = _table_path(gpu, compiler)
-    if compiler != "numba" and extra.is_file():
-        for bits, rows in _read_tables(extra).items():
-            tables[bits] = {**tables.get(bits, {}), **rows}
+    """``bits -> {(N, K, block_size, m_class): tag}``: per bit width, the rows of ``gpu``'s file where it has that
+    bit width, else of ``DEFAULT_GPU``'s; for another compiler than numba-cuda, the rows of the serving GPU's
+    ``-<compiler>`` file (where one was fitted) replace those of the same key."""
+    tables, served_by = {}, {}
+    for g in dict.fromkeys((DEFAULT_GPU, gpu)):  # the GPU's own bit widths replace the default GPU's
+        path = _table_path(g)
+        if path.is_file():
+            for bits, rows in _read_tables(path).items():
+                tables[bits], served_by[bits] = rows, g
+    if compiler != "numba":
+        for g in dict.fromkeys(served_by.values()):
+            extra = _table_path(g, compiler)
+            if extra.is_file():
+                for bits, rows in _read_tables(extra).items():
+                    if served_by.get(bits) == g:
+                        tables[bits] = {**tables[bits], **rows}
     return tables
 
 
@@ -265,6 +269,25 @@ def tuned_table(bits: int, gpu: str = DEFAULT_GPU, compiler: str | None = None) 
 
         compiler = current()
     return _load_tables(gpu, compiler).get(bits, {})
+
+
+def gpu_key(name: str) -> str:
+    """The tuned-table key of a device name: its first model token (``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``,
+    ``"NVIDIA H200"`` -> ``"h200"``, ``"NVIDIA A100-SXM4-80GB"`` -> ``"a100"``), else the whole name in lower case
+    with runs of other characters as ``-``."""
+    low = name.decode() if isinstance(name, bytes) else str(name)
+    low = low.lower()
+    m = re.search(r"(?<![a-z0-9])([a-z]{1,3}\d{2,4}[a-z]?)(?![a-z0-9])", low.replace("nvidia", " "))
+    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", low).strip("-")
+
+
+def device_gpu(simulated: bool) -> str:
+    """The tuned-table key of the current device (``DEFAULT_GPU`` on the simulator)."""
+    if simulated:
+        return DEFAULT_GPU
+    from .core import device_info  # cached current-device query (as the CUDA-core engine's)
+
+    return gpu_key(device_info()[2])
 
 
 def m_tiles(M: int) -> int:
@@ -304,8 +327,9 @@ def tuned_tactic(N: int, K: int, block_size: int, M: int = 1, table: dict | None
     return None
 
 
-def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4, wg_ok: bool = False) -> Tactic:
-    """Pick the launch shape: the tuned table of ``bits`` (``tuned_tactic``) when it covers the shape,
+def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4, wg_ok: bool = False,
+                   gpu: str = DEFAULT_GPU) -> Tactic:
+    """Pick the launch shape: the tuned table of ``bits`` for ``gpu`` (``tuned_tactic``) when it covers the shape,
     else rules fitted to a sweep of all 12 tactics (tpw 1/2 x warps 4/8 x unroll 1/2/4, 4-bit g32 fp16,
     M 1/4/16, 4096x4096, 28672x8192, 8192x28672, 128256x4096; ``benchmarks/results/2026-11-30-h200-gemv-m1``),
     where they pick the best tactic or one within 2% of it, except 4096x4096 (within 7%):
@@ -320,7 +344,7 @@ def default_tactic(N: int, K: int, block_size: int, M: int = 1, bits: int = 4, w
     """
     if M > 16:
         return gemm_tactic(N, M, K, block_size, bits, wg_ok)
-    tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits))
+    tuned = tuned_tactic(N, K, block_size, M, tuned_table(bits, gpu))
     if tuned is not None:
         return tuned
     tiles = -(-N // TILE_N)
@@ -530,9 +554,9 @@ def applies(variant: str, problem) -> bool:
     raise ValueError(f"unknown GEMV tactic variant {variant!r}; variants are {', '.join(VARIANTS)}")
 
 
-def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4) -> Tactic:
-    """The default tactic's tile shape and pipeline, K split over a pair of CTAs."""
-    d = default_tactic(N, K, block_size, M, bits)
+def paired_k_tactic(N: int, K: int, block_size: int, M: int, bits: int = 4, gpu: str = DEFAULT_GPU) -> Tactic:
+    """The default tactic's tile shape and pipeline (``gpu``'s table), K split over a pair of CTAs."""
+    d = default_tactic(N, K, block_size, M, bits, gpu=gpu)
     if d.ring:  # the ring kernel has no split-K: its non-ring equivalent
         d = Tactic(tpw=d.tpw, warps=d.warps, unroll=1, pf=1, minb=d.minb)
     return Tactic(tpw=d.tpw, warps=d.warps, unroll=d.unroll, pf=d.pf, ksplit=2, stages=d.stages, minb=d.minb,
@@ -557,7 +581,7 @@ def tactic(variant: str, weights, problem) -> Tactic:
         raise ValueError(f"GEMV tactic {variant!r} does not serve {problem.describe()}")
     w = weights
     if variant == PAIRED_K:
-        t = paired_k_tactic(w.N, w.K, w.block_size, problem.M, w.bits)
+        t = paired_k_tactic(w.N, w.K, w.block_size, problem.M, w.bits, device_gpu(w.simulated))
         if t.smem:  # the shared-memory pipeline fitted to this specialisation's shared memory
             from .mma_smem import fitted
 
