@@ -202,8 +202,9 @@ def test_each_gpus_table_is_served_to_that_gpu(path, monkeypatch):
     gpu = path.name.split("-v")[0]
     assert data["gpu"] == gpu != T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
-    for src in data["sources"].values():
-        assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
+    assert set(data["sources"]) == set(data["tables"])
+    for src in data["sources"].values():  # the sweep's CSV (``sweep_gemv_m1.csv``, ``_w8`` / ``_w2`` for 8 / 2 bits)
+        assert list((ROOT / src).glob("sweep_gemv_m1*.csv")), src
     rows = _rows_of(data)
     assert rows
     for bits, N, K, bs, mc, tag in rows:
