@@ -102,6 +102,9 @@ LOW_BIT = {
 }
 #: weight bit width of this run (``--bits``; workers get it on their command line)
 BITS = 4
+#: the GPU whose tuned table gives the ``default`` column (``--gpu``, the GPU the run is fitted for; default the
+#: package's ``DEFAULT_GPU``): what a plan on that GPU takes today
+GPU = None
 CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
              "t1w8u1p1b4r3g4", "t1w8u1p1s4a", "t1w8u1p1s6a", "t1w4u1p1s8a"]
 TINY_SHAPES = [(32, 128)]
@@ -140,7 +143,7 @@ def plan_specs(tiny: bool = False):
     for case in _cases(tiny):
         N, K, bs, dtype, M = case
         tags = list(_candidates(dtype, M, bs, tiny))
-        d = T.default_tactic(N, K, bs, M, BITS).tag
+        d = T.default_tactic(N, K, bs, M, BITS, gpu=GPU or T.DEFAULT_GPU).tag
         if d not in tags:
             tags.append(d)
         for tag in tags:
@@ -235,7 +238,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
     from numba_nbits.dispatch.problem import Problem
     from numba_nbits.kernels.gemv import mma
     from numba_nbits.kernels.gemv.layout import Packed
-    from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
+    from numba_nbits.kernels.gemv.tactics import DEFAULT_GPU, Tactic, default_tactic
     from numba_nbits.perf.harness import make_backend
     from numba_nbits.reference import TOLERANCES, relative_error
     from numba_nbits.weights import build_weights
@@ -284,7 +287,8 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
             for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
                 tag = spec[3]
                 row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
-                       "default": default_tactic(N, K, bs, M, BITS).tag == tag, "copies": copies,
+                       "default": default_tactic(N, K, bs, M, BITS, gpu=GPU or DEFAULT_GPU).tag == tag,
+                       "copies": copies,
                        "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
                        "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
                 if not row["error"] and time.time() > deadline:
@@ -416,8 +420,8 @@ def restrict(args):
 
 
 def _worker_main(args):
-    global BITS
-    BITS = args.bits
+    global BITS, GPU
+    BITS, GPU = args.bits, args.gpu
     with open(args.worker_specs) as f:
         items = json.load(f)
     specs = {tuple(s): [tuple(c) for c in cases] for s, cases in items}
@@ -439,7 +443,8 @@ def main(argv=None):
                     help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
     ap.add_argument("--fit", metavar="JSON", help="print the tuned table fitted from a saved sweep and exit")
     ap.add_argument("--into", metavar="FILE", help="also merge the fitted table into this tuned-table file")
-    ap.add_argument("--gpu", help="the table's GPU (its file: tuned/<gpu>-v<KERNEL_VERSION>.json; default h200)")
+    ap.add_argument("--gpu", help="the table's GPU (its file: tuned/<gpu>-v<KERNEL_VERSION>.json; default h200); the "
+                    "'default' column is that GPU's current table")
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")
     ap.add_argument("--ksplit-margin", type=float, default=KSPLIT_MARGIN,
                     help="fit: a split-K tactic must beat the best one without split-K by this fraction "
@@ -456,8 +461,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="wall-time budget: rows not measured by then are recorded as skipped (default 480)")
     args = ap.parse_args(argv)
-    global BITS
-    BITS = args.bits
+    global BITS, GPU
+    BITS, GPU = args.bits, args.gpu
     if args.worker_specs:
         return _worker_main(args)
     restrict(args)
@@ -503,7 +508,8 @@ def main(argv=None):
                     json.dump([[list(s), [list(c) for c in specs[s]]] for s in ch], f)
                 procs.append((fn, subprocess.Popen([sys.executable, "-m", "benchmarks.sweep_gemv_m1",
                                                     "--worker-specs", fn, "--tmp", tmp, "--out", args.out,
-                                                    "--bits", str(BITS), "--deadline", str(t0 + args.budget_s)],
+                                                    "--bits", str(BITS), "--deadline", str(t0 + args.budget_s)]
+                                                   + (["--gpu", GPU] if GPU else []),
                                                    cwd=root)))
             with ProcessPoolExecutor(max_workers=min(len(jobs), max(2, (os.cpu_count() or 2) // 2))) as ex:
                 list(ex.map(prepare_group, jobs))

@@ -49,24 +49,27 @@ def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
         assert T.default_tactic(N, K, bs, M, bits) == T.Tactic.parse(want), (bits, N, K, bs, M)
 
 
-def test_the_numba_cuda_mlir_table_is_a_fit_of_known_keys(monkeypatch):
-    """``h200-v<version>-mlir.json`` (fitted under numba-cuda-mlir): same format and GPU, canonical tags, keys of
-    the GPU's table, a source under benchmarks/results/ that exists."""
-    path = TABLE.with_name(f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}-mlir.json")
+@pytest.mark.parametrize("path", sorted(T.TUNED_DIR.glob(f"*-v{T.KERNEL_VERSION}-mlir.json")), ids=lambda p: p.name)
+def test_a_numba_cuda_mlir_table_is_a_fit_of_known_keys(path, monkeypatch):
+    """``<gpu>-v<version>-mlir.json`` (fitted under numba-cuda-mlir): same format, a GPU with a table of its own,
+    canonical tags, keys of that GPU's table, a source under benchmarks/results/ that exists; that GPU's
+    numba-cuda-mlir processes get its rows."""
+    gpu = path.name.split("-v")[0]
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["gpu"] == T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["gpu"] == gpu and data["kernel_version"] == T.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
-    base = {(b, *r[:4]) for b, *r in _rows()}
+    own = json.loads(T.TUNED_DIR.joinpath(f"{gpu}-v{T.KERNEL_VERSION}.json").read_text(encoding="utf-8"))
+    base = {(b, *r[:4]) for b, *r in _rows_of(own)}
     for bits, N, K, bs, mc, tag in _rows_of(data):
         assert T.Tactic.parse(tag).tag == tag and (bits, N, K, bs, mc) in base
-        assert T.tuned_table(bits, compiler="mlir")[(N, K, bs, mc)] == tag
+        assert T.tuned_table(bits, gpu, compiler="mlir")[(N, K, bs, mc)] == tag
     for src in data["sources"].values():
         assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
     import numba_nbits.backend as B
 
     monkeypatch.setattr(B, "compiler", lambda: "mlir")  # a process whose kernels numba-cuda-mlir builds
     for bits, N, K, bs, mc, tag in _rows_of(data):
-        assert T.default_tactic(N, K, bs, CLASS_MS[mc][0], bits) == T.Tactic.parse(tag), (bits, N, K, bs, mc)
+        assert T.default_tactic(N, K, bs, CLASS_MS[mc][0], bits, gpu=gpu) == T.Tactic.parse(tag), (bits, N, K, bs, mc)
 
 
 @pytest.mark.parametrize("args,tag", [

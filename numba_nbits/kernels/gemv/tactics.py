@@ -16,7 +16,8 @@ of the GPU's table in processes whose kernels that compiler builds (``backend.co
 the device's name: ``h100``, ``h200``, ...; ``DEFAULT_GPU`` on the simulator). Lookup rule, per bit width: the
 rows of ``gpu``'s table when it has that bit width for this version, else those of ``DEFAULT_GPU`` (the H200,
 the GPU every bit width was fitted on; its tactics are valid on any sm_80+ GPU, only possibly not the fastest
-there: ``h100-v2.json`` is the H100's 4-bit refit). Tags with ``k`` (split-K across CTAs) make a plan own a
+there: ``h100-v2.json`` holds the H100's own fit of every bit width, ``h100-v2-mlir.json`` its numba-cuda-mlir rows;
+``benchmarks/results/2026-12-06-h100-tactics/``). Tags with ``k`` (split-K across CTAs) make a plan own a
 workspace, so the fit takes them only when they win by a clear margin.
 
 Profiler variants (spec §8; ``kernels.fpa_intb`` names them ``gemv:<route>+<variant>``)
@@ -94,7 +95,7 @@ def sm_count(simulated: bool) -> int:
 #: fp16 registers 1/3 decoded in place, cvt scales, 8-byte scale loads, one-compare activation guards). The
 #: K-full kernels (unguarded activation loads) did not bump it: they were timed on the v2 table's own tactics
 #: against the v2 kernels, default calls of 4-, 8- and 2-bit (``benchmarks/results/2026-12-03-h200-gemv-kfull``),
-#: not refitted; a refit of the table for them is a new version.
+#: not refitted; the H100's table, fitted after them (2026-12-06), is version 2 as well.
 KERNEL_VERSION = 2
 #: the GPU whose table serves GPUs without one of their own
 DEFAULT_GPU = "h200"
