@@ -347,9 +347,14 @@ def write_tuned(rows, source: str, args, out_dir: str | None = None) -> str:
 
 
 def ort_us() -> dict:
-    """(N, K, block, M) -> the faster of ORT's two CUDA paths in the reference table, us."""
+    """(N, K, block, M) -> the faster of ORT's two CUDA paths in the reference table, us; empty unless the run's
+    GPU (``--gpu``) is the one the table was measured on (ORT's H200 times say nothing about another GPU)."""
+    from numba_nbits.kernels.gemv.tactics import DEFAULT_GPU
+    from numba_nbits.perf.reference_rows import GPU as REFERENCE_GPU
     from numba_nbits.perf.reference_rows import reference_rows
 
+    if (GPU or DEFAULT_GPU) != REFERENCE_GPU:
+        return {}
     best: dict = {}
     for r in reference_rows():
         k = (r["N"], r["K"], r["block"], r["M"])

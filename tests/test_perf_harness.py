@@ -397,6 +397,42 @@ def test_runner_reference_rows_only_for_measured_cases():
     assert all(r["kind"] == "reference" and r["shape"] == "l3-8b-attn" for r in refs)
 
 
+@pytest.mark.parametrize("gpu,served", [("NVIDIA H200", True), ("NVIDIA H100 80GB HBM3", False),
+                                        ("simulator", False), ("", False)])
+def test_reference_rows_serve_only_the_gpu_they_were_measured_on(gpu, served):
+    from numba_nbits.perf import reference_rows as R
+
+    assert R.serves(gpu) is served
+
+
+def test_cli_adds_reference_rows_only_on_their_gpu(monkeypatch, tmp_path):
+    """Without ORT's CUDA EP a run on the reference table's GPU gets its rows; a run on another GPU gets none and
+    a note that says why (ORT's H200 times are no baseline for another GPU)."""
+    from numba_nbits.perf import runner
+
+    ours = {"kind": "ours", "variant": "", "shape": "l3-8b-attn", "tier": "t", "N": 4096, "K": 4096, "bits": 4,
+            "block": 128, "dtype": "float16", "zp": "none", "M": 16, "route": "gemv_w4", "us": 5.0}
+    seen = {}
+
+    def fake_run(opts, backend, gpu):
+        return [dict(ours)], {"env": {"gpu": gpu}, "notes": [], "ort_cuda": False}
+
+    def fake_write(d, rows, meta, plots=True):
+        seen["rows"], seen["meta"] = rows, meta
+        (d / "summary.md").write_text("x")
+
+    monkeypatch.setattr(cli, "device_problem", lambda: None)  # the CLI refuses the simulator; run is faked
+    for gpu, n_ref in (("NVIDIA H200", 2), ("NVIDIA H100 80GB HBM3", 0)):
+        monkeypatch.setattr(runner, "run", lambda opts, backend, gpu=gpu: fake_run(opts, backend, gpu))
+        monkeypatch.setattr(report, "write_results", fake_write)
+        out = tmp_path / gpu.replace(" ", "_")
+        assert cli.main(["--quick", "--no-plots", "--no-progress", "--no-peers", "--budget-s", "1", "--out",
+                         str(out)]) == 0
+        assert sum(r["kind"] == "reference" for r in seen["rows"]) == n_ref, gpu
+        notes = [n for n in seen["meta"]["notes"] if n[0] == "ort_reference"]
+        assert bool(notes) == (n_ref == 0) and (not notes or "H100" in notes[0][1])
+
+
 def test_meta_is_json(tmp_path):
     report.write_results(tmp_path, _rows(), {"env": {}, "notes": [("a", "b")]}, plots=False)
     assert json.loads((tmp_path / "meta.json").read_text())["notes"] == [["a", "b"]]

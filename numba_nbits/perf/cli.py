@@ -253,6 +253,7 @@ def main(argv=None) -> int:
         return 2
     from .harness import Budget, make_backend
     from .report import write_results
+    from .reference_rows import serves as reference_serves
     from .runner import Options, reference_rows_for, run
 
     backend = make_backend()
@@ -282,7 +283,12 @@ def main(argv=None) -> int:
                    compile_workers=max(0, a.compile_workers))
     rows, meta = run(opts, backend)
     if not meta.get("ort_cuda"):
-        rows = rows + reference_rows_for(rows)
+        gpu = meta.get("env", {}).get("gpu", "")
+        if reference_serves(gpu):
+            rows = rows + reference_rows_for(rows)
+        else:
+            meta.setdefault("notes", []).append(
+                ("ort_reference", f"ORT's reference table was measured on an H200; not used for this run's GPU ({gpu})"))
     annotate(a, rows, meta, argv)
     d = out_dir(meta["env"])
     write_results(d, rows, meta, plots=not a.no_plots)

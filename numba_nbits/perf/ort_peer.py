@@ -19,7 +19,7 @@ reference table measured by rotation on the same GPU model: ``benchmarks/results
 the weights come from DRAM, as in our rotated graph replays. The flush's own kernel (ATen's, ``at::native``),
 memsets and copies are not counted. The result is kernel time per node, without launch gaps; the default call of
 ours is timed the same way (``kernel_time_of_ours``: ``us_kernel``) and ORT's ratios are taken over that.
-Without torch's CUDA profiler the peers are skipped with a note (and the run adds ORT's reference rows).
+Without torch's CUDA profiler the peers are skipped with a note (and a run on an H200 adds ORT's reference rows).
 """
 from __future__ import annotations
 
@@ -241,11 +241,11 @@ def kernel_time_of_ours(backend, subject, flush_bytes: int) -> dict:
 def ort_subjects(backend, M, w, acts, notes: list, flush_bytes: int) -> list:
     """The ORT peers this problem can have (``MODES``), each skipped with a note when it cannot run."""
     if not ort_cuda_available():
-        notes.append(("ort_cuda", "onnxruntime CUDAExecutionProvider not available; reference rows added instead"))
+        notes.append(("ort_cuda", "onnxruntime CUDAExecutionProvider not available; reference rows added instead (on an H200)"))
         return []
     why = cupti_available()
     if why:
-        notes.append(("ort_cuda", f"{why}: ORT's kernels cannot be timed; reference rows added instead"))
+        notes.append(("ort_cuda", f"{why}: ORT's kernels cannot be timed; reference rows added instead (on an H200)"))
         return []
     if w.dtype == "bfloat16":
         notes.append(("ort_cuda", "bf16 IO binding not attempted"))

@@ -1,7 +1,8 @@
 """Reference rows: ONNX Runtime's own CUDA MatMulNBits timed on an H200 (the table below).
 
-Used only when the ORT CUDA EP is not importable in the run (never mixed with measured rows: their
-``kind`` is ``"reference"`` and their ``source`` names the table). onnxruntime-gpu 1.31.1,
+Used only when the ORT CUDA EP is not importable in the run and the run's GPU is the table's (``serves``: an
+H200; on any other GPU ORT's H200 times say nothing about ours, so such a run gets none and a note), never mixed
+with measured rows: their ``kind`` is ``"reference"`` and their ``source`` names the table. onnxruntime-gpu 1.31.1,
 2026-11-30: fp16 A, 4-bit symmetric B, weights rotated beyond the L2, GPU time of all of ORT's kernels
 per node (CUPTI), one run. "ort_default" is ORT's normal dispatch; "ort_fpA_intB" sets
 ``ORT_FPA_INTB_GEMM=1``. The router row (32x2880) has bias.
@@ -9,6 +10,8 @@ per node (CUPTI), one run. "ort_default" is ORT's normal dispatch; "ort_fpA_intB
 from __future__ import annotations
 
 SOURCE = "ORT 1.31.1 reference table (H200, 2026-11-30)"
+#: the GPU the table was measured on, as ``kernels.gemv.tactics.gpu_key`` names it
+GPU = "h200"
 
 # N K block M ort_default_us ort_fpA_intB_us
 _TABLE = """
@@ -88,3 +91,11 @@ def reference_rows() -> list[dict]:
                         "bits": 4, "block": int(block), "dtype": "float16", "zp": "none", "M": int(M),
                         "bias": (int(N), int(K)) == (32, 2880), "us_p50": float(us), "source": SOURCE})
     return out
+
+
+def serves(gpu_name: str) -> bool:
+    """Whether a run on the GPU named ``gpu_name`` (``meta["env"]["gpu"]``) may take the reference rows: the GPU
+    the table was measured on (not the simulator, not another GPU)."""
+    from ..kernels.gemv.tactics import gpu_key
+
+    return bool(gpu_name) and gpu_key(gpu_name) == GPU
