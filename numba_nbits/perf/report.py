@@ -53,8 +53,13 @@ def to_frame(rows) -> pd.DataFrame:
     return df
 
 
+def _ort_route(route) -> bool:
+    """Whether a route (or a report column's subject, ``ref:ort_default``) is one of ONNX Runtime's."""
+    return str(route).split(":")[-1].startswith("ort_")
+
+
 def _is_ort(route) -> pd.Series:
-    return route.astype(str).str.startswith("ort_")
+    return route.map(_ort_route).astype(bool)
 
 
 def read_results(results_dir) -> tuple[pd.DataFrame, dict]:
@@ -122,7 +127,7 @@ def best_table(df: pd.DataFrame) -> pd.DataFrame:
                 pus = float(p["us"]) if (kind == "reference" or ok.loc[p.name]) else math.nan
                 rec[f"{name}_us"] = pus
                 best = rec["best_us"]
-                if str(p["route"]).startswith("ort_") and rec["auto_us_kernel"] == rec["auto_us_kernel"]:
+                if _ort_route(p["route"]) and rec["auto_us_kernel"] == rec["auto_us_kernel"]:
                     best = rec["auto_us_kernel"]  # ORT's time is kernel time: against the default call's
                 rec[f"vs {name}"] = pus / best if best == best and pus == pus else math.nan
         out.append(rec)
@@ -172,7 +177,7 @@ def _ort_text(df: pd.DataFrame) -> str:
     if (df["kind"] == "reference").any():
         return (f"`ref:` columns come from the {SOURCE}, not from this run (kernel time by CUPTI; their `vs` ratios "
                 "are over the default call's kernel time, `us_kernel`, where this run has it).")
-    if ((df["kind"] == "peer") & df["route"].astype(str).str.startswith("ort_")).any():
+    if ((df["kind"] == "peer") & _is_ort(df["route"])).any():
         return ("ONNX Runtime's columns (`ort_default`, `ort_fpA_intB`) are its kernels' time per node by CUPTI in "
                 "this run (launch gaps excluded, L2 flushed before each run; `perf/ort_peer.py`), and their `vs` "
                 "ratios are over the default call's kernel time measured the same way (`us_kernel`) where the run "
@@ -401,7 +406,7 @@ def readme_summary(results_dir, link=None) -> str:
     kernel = sel["auto_us_kernel"].notna().any()
     for name in peers:
         ours = sel["auto_us"]
-        if kernel and name.split(":")[-1].startswith("ort_"):  # kernel time against kernel time
+        if kernel and _ort_route(name):  # kernel time against kernel time
             ours = sel["auto_us_kernel"].where(sel["auto_us_kernel"].notna(), sel["auto_us"])
         sel[f"vs {name}"] = sel[f"{name}_us"] / ours
     speed = [f"vs {n}" for n in peers if sel[f"vs {n}"].notna().any()]
