@@ -2,7 +2,7 @@
 
 ``benchmarks/sweep_gemv_m1.py`` measures every candidate tactic per case; ``fit`` turns its rows into
 one bit width's table ``{(N, K, block_size, m_class): tactic tag}`` (the form
-``numba_nbits.kernels.gemv.tactics.tuned_table`` returns). ``tuned_json`` / ``dump_tuned`` write it in
+``numba_nbits.kernels.gemv.tuned_tables.tuned_table`` returns). ``tuned_json`` / ``dump_tuned`` write it in
 the format of the package's tables (``numba_nbits/kernels/gemv/tuned/<gpu>-v<KERNEL_VERSION>.json``:
 ``gpu``, ``kernel_version``, ``columns``, ``sources`` and ``tables`` keyed by bit width, one row
 ``[N, K, block_size, m_class, tactic]`` per line), and ``merge_tuned`` puts one sweep's bit width into
@@ -18,7 +18,7 @@ TUNED_COLUMNS = ("N", "K", "block_size", "m_class", "tactic")  # a tuned-table r
 
 
 def fit(rows, ksplit_margin: float = KSPLIT_MARGIN) -> dict:
-    """The tuned table of one bit width from sweep rows, as ``gemv.tactics.tuned_table`` returns it
+    """The tuned table of one bit width from sweep rows, as ``gemv.tuned_tables.tuned_table`` returns it
     (fp16 rows; bf16 rows only where no fp16 row exists): key ``(N, K, block_size, m_class(M))`` -> the
     fastest correct tactic, except that a split-K tactic (``k`` in the tag: plan-owned workspace) is
     taken only when it beats the fastest tactic without split-K by more than ``ksplit_margin``. Where
@@ -49,8 +49,8 @@ def fit(rows, ksplit_margin: float = KSPLIT_MARGIN) -> dict:
 
 def tuned_json(table: dict, bits: int, source: str, gpu: str | None = None) -> dict:
     """``table`` (``fit``) as a tuned-table file of the package (``gemv/tuned/<gpu>-v<KERNEL_VERSION>.json``,
-    default ``gpu``: ``tactics.DEFAULT_GPU``) holding the one bit width ``bits``, fitted to ``source``."""
-    from numba_nbits.kernels.gemv import tactics as T
+    default ``gpu``: ``tuned_tables.DEFAULT_GPU``) holding the one bit width ``bits``, fitted to ``source``."""
+    from numba_nbits.kernels.gemv import tuned_tables as T
 
     return {"gpu": gpu or T.DEFAULT_GPU, "kernel_version": T.KERNEL_VERSION, "columns": list(TUNED_COLUMNS),
             "sources": {str(bits): source}, "tables": {str(bits): [[*k, v] for k, v in sorted(table.items())]}}

@@ -23,7 +23,7 @@ process ever times. Per case and tactic:
 Writes ``$OUT/sweep_gemv_m1.json`` (``{"meta":..., "rows": [...]}``) and ``.csv``, prints the best
 tactic per case next to the default's, and writes the table fitted from the run (``gemv_tuned.fit``)
 as ``$OUT/tuned_table.json`` (``tuned_table_w8.json`` / ``_w2`` for ``--bits 8`` / ``2``) in the format
-of the package's tables (``numba_nbits/kernels/gemv/tuned/h200-v2.json``, ``gemv.tactics.tuned_table``),
+of the package's tables (``numba_nbits/kernels/gemv/tuned/h200-v2.json``, ``gemv.tuned_tables.tuned_table``),
 holding this bit width with ``$OUT`` as its source. ``--into FILE`` merges it into ``FILE`` (that bit
 width replaced, the others kept). ``--fit FILE.json`` refits a saved run (with ``--into`` too).
 ``--tiny`` runs a few tiny cases in-process (the simulator test, ``tests/test_perf_sweep_m1.py``).

@@ -405,7 +405,7 @@ def test_prepack_built_once(rng):
 
 
 def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
-    """A ring tactic reaches plans only through the tuned table (``tactics.tuned_table``): default plans pick it up."""
+    """A ring tactic reaches plans only through the tuned table (``tuned_tables.tuned_table``, as ``tactics`` reads it): default plans pick it up."""
     N, K, bs = 48, 256, 32
     monkeypatch.setattr(GT, "tuned_table", lambda bits, gpu=GT.DEFAULT_GPU: {(N, K, bs, 1): "t1w2u1p1r3g1"})
     w, A, ref = _make(rng, N, K, bs, "float16", "none", 1)
@@ -418,7 +418,7 @@ def test_ring_tactic_served_from_tuned_table(rng, monkeypatch):
 
 
 def test_plans_take_the_table_of_their_device(rng, monkeypatch):
-    """``build`` asks for the tuned table of the device it runs on (``tactics.device_gpu``: the device's name,
+    """``build`` asks for the tuned table of the device it runs on (``tuned_tables.device_gpu``: the device's name,
     the default GPU's on the simulator) and serves that GPU's row."""
     N, K, bs = 48, 256, 32
     seen = []

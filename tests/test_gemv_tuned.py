@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from numba_nbits.kernels.gemv import tactics as T
+from numba_nbits.kernels.gemv import tuned_tables as TT
 
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = T.TUNED_DIR / f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json"
+TABLE = TT.TUNED_DIR / f"{TT.DEFAULT_GPU}-v{TT.KERNEL_VERSION}.json"
 #: the M values of each M class (``tactics.m_class``) a row is checked with
 CLASS_MS = {1: (1,), 8: (2, 5, 8), 16: (9, 16)}
 
@@ -27,7 +28,7 @@ def _rows_of(data):
 
 def _rows():
     data = json.loads(TABLE.read_text(encoding="utf-8"))
-    assert data["gpu"] == T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["gpu"] == TT.DEFAULT_GPU and data["kernel_version"] == TT.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
     return _rows_of(data)
 
@@ -42,27 +43,27 @@ def test_default_tactic_serves_each_row(bits, N, K, bs, mc, tag):
     """Every row of the GPU's table is what numba-cuda's processes get; this process gets its compiler's table
     (a numba-cuda-mlir run: the rows of ``-mlir.json`` in place of the same keys)."""
     assert T.Tactic.parse(tag).tag == tag  # canonical spelling
-    assert T.tuned_table(bits, compiler="numba")[(N, K, bs, mc)] == tag
-    want = T.tuned_table(bits)[(N, K, bs, mc)]
+    assert TT.tuned_table(bits, compiler="numba")[(N, K, bs, mc)] == tag
+    want = TT.tuned_table(bits)[(N, K, bs, mc)]
     for M in CLASS_MS[mc]:
         assert T.m_class(M) == mc
         assert T.default_tactic(N, K, bs, M, bits) == T.Tactic.parse(want), (bits, N, K, bs, M)
 
 
-@pytest.mark.parametrize("path", sorted(T.TUNED_DIR.glob(f"*-v{T.KERNEL_VERSION}-mlir.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(TT.TUNED_DIR.glob(f"*-v{TT.KERNEL_VERSION}-mlir.json")), ids=lambda p: p.name)
 def test_a_numba_cuda_mlir_table_is_a_fit_of_known_keys(path, monkeypatch):
     """``<gpu>-v<version>-mlir.json`` (fitted under numba-cuda-mlir): same format, a GPU with a table of its own,
     canonical tags, keys of that GPU's table, a source under benchmarks/results/ that exists; that GPU's
     numba-cuda-mlir processes get its rows."""
     gpu = path.name.split("-v")[0]
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["gpu"] == gpu and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["gpu"] == gpu and data["kernel_version"] == TT.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
-    own = json.loads(T.TUNED_DIR.joinpath(f"{gpu}-v{T.KERNEL_VERSION}.json").read_text(encoding="utf-8"))
+    own = json.loads(TT.TUNED_DIR.joinpath(f"{gpu}-v{TT.KERNEL_VERSION}.json").read_text(encoding="utf-8"))
     base = {(b, *r[:4]) for b, *r in _rows_of(own)}
     for bits, N, K, bs, mc, tag in _rows_of(data):
         assert T.Tactic.parse(tag).tag == tag and (bits, N, K, bs, mc) in base
-        assert T.tuned_table(bits, gpu, compiler="mlir")[(N, K, bs, mc)] == tag
+        assert TT.tuned_table(bits, gpu, compiler="mlir")[(N, K, bs, mc)] == tag
     for src in data["sources"].values():
         assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
     import numba_nbits.backend as B
@@ -91,27 +92,27 @@ def test_default_tactic_hand_written(args, tag, monkeypatch):
 
 
 def test_gpu_without_a_table_uses_the_default_gpu():
-    assert not (T.TUNED_DIR / f"no-such-gpu-v{T.KERNEL_VERSION}.json").exists()
+    assert not (TT.TUNED_DIR / f"no-such-gpu-v{TT.KERNEL_VERSION}.json").exists()
     for bits in (2, 4, 8):
-        assert T.tuned_table(bits, "no-such-gpu") == T.tuned_table(bits, T.DEFAULT_GPU) != {}
-    assert T.tuned_table(3) == {}
+        assert TT.tuned_table(bits, "no-such-gpu") == TT.tuned_table(bits, TT.DEFAULT_GPU) != {}
+    assert TT.tuned_table(3) == {}
 
 
 def test_kernel_version_without_a_table_takes_the_rules(monkeypatch):
     """A kernel version no table was fitted to has no tuned tactics (an older version's table is never used):
     every shape takes the rule, which is what the GPU without any table gets for a shape far from every row."""
     far = T.default_tactic(32, 2880, 32, 1, 4)  # no row within 2x: the rule
-    monkeypatch.setattr(T, "KERNEL_VERSION", T.KERNEL_VERSION + 1000)
-    T._load_tables.cache_clear()
+    monkeypatch.setattr(TT, "KERNEL_VERSION", TT.KERNEL_VERSION + 1000)
+    TT._load_tables.cache_clear()
     try:
-        assert not TABLE.with_name(f"{T.DEFAULT_GPU}-v{T.KERNEL_VERSION}.json").exists()
-        assert all(T.tuned_table(bits) == {} for bits in (2, 4, 8))
+        assert not TABLE.with_name(f"{TT.DEFAULT_GPU}-v{TT.KERNEL_VERSION}.json").exists()
+        assert all(TT.tuned_table(bits) == {} for bits in (2, 4, 8))
         assert T.default_tactic(32, 2880, 32, 1, 4) == far
         rows = _rows_of(json.loads(TABLE.read_text(encoding="utf-8")))
         assert any(T.default_tactic(N, K, bs, mc, bits) != T.Tactic.parse(tag) for bits, N, K, bs, mc, tag in rows)
     finally:
         monkeypatch.undo()
-        T._load_tables.cache_clear()
+        TT._load_tables.cache_clear()
 
 
 def test_tables_are_package_data():
@@ -126,7 +127,7 @@ def test_tables_are_package_data():
 def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
     """``<gpu>-v<version>-mlir.json``: its rows replace the same keys of the GPU's table for processes whose
     kernels numba-cuda-mlir builds; numba-cuda's processes, and other keys, keep the GPU's table."""
-    v = T.KERNEL_VERSION
+    v = TT.KERNEL_VERSION
 
     def table(rows4, rows8=()):
         return json.dumps({"gpu": "g", "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
@@ -136,17 +137,17 @@ def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
                                                  [(4096, 4096, 128, 1, "t1w4u1")]))
     (tmp_path / f"g-v{v}-mlir.json").write_text(table([(4096, 4096, 128, 1, "t1w8u1p2"),
                                                       (8192, 4096, 32, 16, "t2w4u1")]))
-    monkeypatch.setattr(T, "TUNED_DIR", tmp_path)
-    T._load_tables.cache_clear()
+    monkeypatch.setattr(TT, "TUNED_DIR", tmp_path)
+    TT._load_tables.cache_clear()
     try:
-        assert T.tuned_table(4, "g", "numba") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p1"}
-        assert T.tuned_table(4, "g", "mlir") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p2",
+        assert TT.tuned_table(4, "g", "numba") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p1"}
+        assert TT.tuned_table(4, "g", "mlir") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p2",
                                                  (8192, 4096, 32, 16): "t2w4u1"}
-        assert T.tuned_table(8, "g", "mlir") == T.tuned_table(8, "g", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+        assert TT.tuned_table(8, "g", "mlir") == TT.tuned_table(8, "g", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
         # on the simulator the compiler is numba-cuda's: its table
-        assert T.tuned_table(4, "g") == T.tuned_table(4, "g", "numba")
+        assert TT.tuned_table(4, "g") == TT.tuned_table(4, "g", "numba")
     finally:
-        T._load_tables.cache_clear()
+        TT._load_tables.cache_clear()
 
 
 @pytest.mark.parametrize("name,key", [
@@ -155,43 +156,43 @@ def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
     ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
 ])
 def test_gpu_key_of_device_names(name, key):
-    assert T.gpu_key(name) == key
+    assert TT.gpu_key(name) == key
 
 
 def test_a_gpus_table_replaces_the_bit_widths_it_has(tmp_path, monkeypatch):
     """Per bit width: the GPU's own rows where its file has that width (not merged with the default GPU's, so the
     nearest-shape lookup never mixes two GPUs' fits), the default GPU's elsewhere; a compiler's file applies to
     the widths of the GPU it was fitted on."""
-    v = T.KERNEL_VERSION
+    v = TT.KERNEL_VERSION
 
     def table(gpu, **rows):
         return json.dumps({"gpu": gpu, "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
                            "sources": {}, "tables": {b[1:]: [list(r) for r in rs] for b, rs in rows.items()}})
 
-    d = T.DEFAULT_GPU
+    d = TT.DEFAULT_GPU
     (tmp_path / f"{d}-v{v}.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u2p1"),
                                                             (8192, 4096, 32, 1, "t1w4u1p1")],
                                                    b8=[(4096, 4096, 128, 1, "t1w4u1")]))
     (tmp_path / f"{d}-v{v}-mlir.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u1p2")],
                                                         b8=[(4096, 4096, 128, 1, "t1w8u1")]))
     (tmp_path / f"g2-v{v}.json").write_text(table("g2", b4=[(4096, 4096, 32, 1, "t1w4u2p1")]))
-    monkeypatch.setattr(T, "TUNED_DIR", tmp_path)
-    T._load_tables.cache_clear()
+    monkeypatch.setattr(TT, "TUNED_DIR", tmp_path)
+    TT._load_tables.cache_clear()
     try:
-        assert T.tuned_table(4, "g2", "numba") == T.tuned_table(4, "g2", "mlir") == {(4096, 4096, 32, 1): "t1w4u2p1"}
-        assert T.tuned_table(8, "g2", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
-        assert T.tuned_table(8, "g2", "mlir") == {(4096, 4096, 128, 1): "t1w8u1"}  # the default GPU's, its overlay
-        assert T.tuned_table(4, d, "mlir") == {(4096, 4096, 32, 1): "t1w8u1p2", (8192, 4096, 32, 1): "t1w4u1p1"}
-        assert T.tuned_table(4, "no-such-gpu", "numba") == T.tuned_table(4, d, "numba")
+        assert TT.tuned_table(4, "g2", "numba") == TT.tuned_table(4, "g2", "mlir") == {(4096, 4096, 32, 1): "t1w4u2p1"}
+        assert TT.tuned_table(8, "g2", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+        assert TT.tuned_table(8, "g2", "mlir") == {(4096, 4096, 128, 1): "t1w8u1"}  # the default GPU's, its overlay
+        assert TT.tuned_table(4, d, "mlir") == {(4096, 4096, 32, 1): "t1w8u1p2", (8192, 4096, 32, 1): "t1w4u1p1"}
+        assert TT.tuned_table(4, "no-such-gpu", "numba") == TT.tuned_table(4, d, "numba")
         assert T.default_tactic(4096, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"
         assert T.default_tactic(8192, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"  # nearest row of g2's own fit
         assert T.default_tactic(8192, 4096, 32, 1, 4).tag == "t1w4u1p1"
     finally:
-        T._load_tables.cache_clear()
+        TT._load_tables.cache_clear()
 
 
 def _other_tables():
-    return sorted(p for p in T.TUNED_DIR.glob(f"*-v{T.KERNEL_VERSION}.json") if p.name != TABLE.name)
+    return sorted(p for p in TT.TUNED_DIR.glob(f"*-v{TT.KERNEL_VERSION}.json") if p.name != TABLE.name)
 
 
 @pytest.mark.parametrize("path", _other_tables(), ids=lambda p: p.name)
@@ -203,7 +204,7 @@ def test_each_gpus_table_is_served_to_that_gpu(path, monkeypatch):
     monkeypatch.setattr(B, "compiler", lambda: "numba")
     data = json.loads(path.read_text(encoding="utf-8"))
     gpu = path.name.split("-v")[0]
-    assert data["gpu"] == gpu != T.DEFAULT_GPU and data["kernel_version"] == T.KERNEL_VERSION
+    assert data["gpu"] == gpu != TT.DEFAULT_GPU and data["kernel_version"] == TT.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
     assert set(data["sources"]) == set(data["tables"])
     for src in data["sources"].values():  # the sweep's CSV (``sweep_gemv_m1.csv``, ``_w8`` / ``_w2`` for 8 / 2 bits)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from numba_nbits.kernels.gemv import tactics as G
+from numba_nbits.kernels.gemv import tuned_tables as TT
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_KEYS = {(32, 128, 32, 1), (32, 128, 32, 8)}  # (N, K, block, m_class) of the tiny cases
@@ -35,20 +36,20 @@ def _sweep():
 
 
 def _served(monkeypatch, path, bits):
-    """What ``gemv.tactics.tuned_table`` serves for ``bits`` from the tuned-table file ``path`` installed
+    """What ``gemv.tuned_tables.tuned_table`` serves for ``bits`` from the tuned-table file ``path`` installed
     as the table of its GPU (a GPU without a table of its own in the package)."""
     data = json.loads(path.read_text())
-    assert data["kernel_version"] == G.KERNEL_VERSION and data["gpu"] != G.DEFAULT_GPU
+    assert data["kernel_version"] == TT.KERNEL_VERSION and data["gpu"] != TT.DEFAULT_GPU
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
     pkg = path.parent / "package"
     pkg.mkdir(exist_ok=True)
-    (pkg / f"{data['gpu']}-v{G.KERNEL_VERSION}.json").write_text(path.read_text())
-    monkeypatch.setattr(G, "TUNED_DIR", pkg)
-    G._load_tables.cache_clear()
+    (pkg / f"{data['gpu']}-v{TT.KERNEL_VERSION}.json").write_text(path.read_text())
+    monkeypatch.setattr(TT, "TUNED_DIR", pkg)
+    TT._load_tables.cache_clear()
     try:
-        return G.tuned_table(bits, data["gpu"])
+        return TT.tuned_table(bits, data["gpu"])
     finally:
-        G._load_tables.cache_clear()
+        TT._load_tables.cache_clear()
 
 
 def test_sweep_tiny_end_to_end(tmp_path, monkeypatch):
@@ -76,7 +77,7 @@ def test_sweep_tiny_low_bits(tmp_path, monkeypatch, bits):
     bit width's, and ``--into`` puts it into a copy of the package's file, keeping the other bit widths."""
     S = _sweep()
     into = tmp_path / "into.json"
-    package = G.TUNED_DIR / f"{G.DEFAULT_GPU}-v{G.KERNEL_VERSION}.json"
+    package = TT.TUNED_DIR / f"{TT.DEFAULT_GPU}-v{TT.KERNEL_VERSION}.json"
     into.write_text(package.read_text())
     rows = S.main(["--tiny", "--workers", "1", "--bits", str(bits), "--out", str(tmp_path), "--into", str(into)])
     assert rows and all(r["correct"] and r["us"] > 0 and not r["error"] and r["bits"] == bits for r in rows), rows
@@ -152,7 +153,7 @@ def test_tuned_file_format():
     """``dump_tuned`` spells a table like the package's file (byte for byte); ``merge_tuned`` replaces one
     bit width and refuses a table of another GPU or kernel version."""
     S = _sweep()
-    package = (G.TUNED_DIR / f"{G.DEFAULT_GPU}-v{G.KERNEL_VERSION}.json").read_text()
+    package = (TT.TUNED_DIR / f"{TT.DEFAULT_GPU}-v{TT.KERNEL_VERSION}.json").read_text()
     data = json.loads(package)
     assert S.dump_tuned(data) == package
     new = S.tuned_json({(32, 128, 32, 1): "t1w2u1"}, 8, "benchmarks/results/x")
@@ -160,7 +161,7 @@ def test_tuned_file_format():
     assert merged["tables"]["8"] == [[32, 128, 32, 1, "t1w2u1"]] and merged["sources"]["8"] == "benchmarks/results/x"
     assert merged["tables"]["4"] == data["tables"]["4"] and merged["tables"]["2"] == data["tables"]["2"]
     assert S.merge_tuned(data, S.tuned_json({}, 3, "s"))["tables"]["3"] == []
-    for field, value in (("gpu", "other"), ("kernel_version", G.KERNEL_VERSION + 1)):
+    for field, value in (("gpu", "other"), ("kernel_version", TT.KERNEL_VERSION + 1)):
         with pytest.raises(ValueError, match=f"different {field}"):
             S.merge_tuned(data, {**new, field: value})
 
@@ -176,15 +177,15 @@ def test_tuned_tactic_nearest_and_fallback(monkeypatch):
     assert tt(32, 2880, 32, 1) is None  # far from every swept shape: the rule decides
     assert tt(4096, 4096, 128, 1) is None
     # default_tactic consults the tuned table first, the rule otherwise (here with a stand-in table, then with none)
-    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: {})
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=TT.DEFAULT_GPU: {})
     rule = G.default_tactic(4096, 4096, 32, 1)
-    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: table)
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=TT.DEFAULT_GPU: table)
     assert G.default_tactic(4096, 4096, 32, 1) == G.Tactic(1, 4, 1, 2, 4)
-    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=G.DEFAULT_GPU: {})
+    monkeypatch.setattr(G, "tuned_table", lambda bits, gpu=TT.DEFAULT_GPU: {})
     assert G.default_tactic(4096, 4096, 32, 1) == rule
     # the committed table (fitted to the H200 sweep) serves its own shapes
     monkeypatch.undo()
-    assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(G.tuned_table(4)[(28672, 8192, 128, 1)])
+    assert G.default_tactic(28672, 8192, 128, 1) == G.Tactic.parse(TT.tuned_table(4)[(28672, 8192, 128, 1)])
 
 
 def test_sweep_narrows_to_the_named_shapes_ms_and_blocks(monkeypatch):

@@ -10,7 +10,7 @@ per node (CUPTI), one run. "ort_default" is ORT's normal dispatch; "ort_fpA_intB
 from __future__ import annotations
 
 SOURCE = "ORT 1.31.1 reference table (H200, 2026-11-30)"
-#: the GPU the table was measured on, as ``kernels.gemv.tactics.gpu_key`` names it
+#: the GPU the table was measured on, as ``kernels.gemv.tuned_tables.gpu_key`` names it
 GPU = "h200"
 
 # N K block M ort_default_us ort_fpA_intB_us
@@ -96,6 +96,6 @@ def reference_rows() -> list[dict]:
 def serves(gpu_name: str) -> bool:
     """Whether a run on the GPU named ``gpu_name`` (``meta["env"]["gpu"]``) may take the reference rows: the GPU
     the table was measured on (not the simulator, not another GPU)."""
-    from ..kernels.gemv.tactics import gpu_key
+    from ..kernels.gemv.tuned_tables import gpu_key
 
     return bool(gpu_name) and gpu_key(gpu_name) == GPU
