@@ -105,6 +105,15 @@ BITS = 4
 #: the GPU whose tuned table gives the ``default`` column (``--gpu``, the GPU the run is fitted for; default the
 #: package's ``DEFAULT_GPU``): what a plan on that GPU takes today
 GPU = None
+
+
+def table_gpu() -> str:
+    """The GPU whose tuned table gives the ``default`` column: ``GPU``, else the package's ``DEFAULT_GPU``."""
+    from numba_nbits.kernels.gemv.tuned_tables import DEFAULT_GPU
+
+    return GPU or DEFAULT_GPU
+
+
 CAND_BF16 = ["t1w8u1", "t2w8u1", "t1w8u1p1", "t1w8u2p1b4", "t1w8u1p1s3", "t1w8u1p1s4b4", "t1w8u1p1k2", "t1w4u1p2k4",
              "t1w8u1p1b4r3g4", "t1w8u1p1s4a", "t1w8u1p1s6a", "t1w4u1p1s8a"]
 TINY_SHAPES = [(32, 128)]
@@ -143,7 +152,7 @@ def plan_specs(tiny: bool = False):
     for case in _cases(tiny):
         N, K, bs, dtype, M = case
         tags = list(_candidates(dtype, M, bs, tiny))
-        d = T.default_tactic(N, K, bs, M, BITS, gpu=GPU or T.DEFAULT_GPU).tag
+        d = T.default_tactic(N, K, bs, M, BITS, gpu=table_gpu()).tag
         if d not in tags:
             tags.append(d)
         for tag in tags:
@@ -238,7 +247,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
     from numba_nbits.dispatch.problem import Problem
     from numba_nbits.kernels.gemv import mma
     from numba_nbits.kernels.gemv.layout import Packed
-    from numba_nbits.kernels.gemv.tactics import DEFAULT_GPU, Tactic, default_tactic
+    from numba_nbits.kernels.gemv.tactics import Tactic, default_tactic
     from numba_nbits.perf.harness import make_backend
     from numba_nbits.reference import TOLERANCES, relative_error
     from numba_nbits.weights import build_weights
@@ -287,7 +296,7 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
             for (spec, M) in sorted(items, key=lambda x: (x[1], x[0])):
                 tag = spec[3]
                 row = {"N": N, "K": K, "bits": BITS, "block_size": bs, "dtype": dtype, "M": M, "tactic": tag,
-                       "default": default_tactic(N, K, bs, M, BITS, gpu=GPU or DEFAULT_GPU).tag == tag,
+                       "default": default_tactic(N, K, bs, M, BITS, gpu=table_gpu()).tag == tag,
                        "copies": copies,
                        "compile_s": round(compile_s[spec][0], 2), "us": float("nan"), "tb_s": float("nan"),
                        "rel_err": float("nan"), "correct": False, "error": compile_s[spec][1] or ""}
@@ -349,11 +358,9 @@ def write_tuned(rows, source: str, args, out_dir: str | None = None) -> str:
 def ort_us() -> dict:
     """(N, K, block, M) -> the faster of ORT's two CUDA paths in the reference table, us; empty unless the run's
     GPU (``--gpu``) is the one the table was measured on (ORT's H200 times say nothing about another GPU)."""
-    from numba_nbits.kernels.gemv.tactics import DEFAULT_GPU
-    from numba_nbits.perf.reference_rows import GPU as REFERENCE_GPU
-    from numba_nbits.perf.reference_rows import reference_rows
+    from numba_nbits.perf.reference_rows import reference_rows, serves
 
-    if (GPU or DEFAULT_GPU) != REFERENCE_GPU:
+    if not serves(table_gpu()):
         return {}
     best: dict = {}
     for r in reference_rows():
