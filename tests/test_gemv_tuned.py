@@ -124,30 +124,34 @@ def test_tables_are_package_data():
     assert files and all(any(f.match(g) for g in globs) for f in files), (files, globs)
 
 
-def test_a_compilers_table_replaces_the_rows_it_has(tmp_path, monkeypatch):
-    """``<gpu>-v<version>-mlir.json``: its rows replace the same keys of the GPU's table for processes whose
-    kernels numba-cuda-mlir builds; numba-cuda's processes, and other keys, keep the GPU's table."""
-    v = TT.KERNEL_VERSION
-
-    def table(rows4, rows8=()):
-        return json.dumps({"gpu": "g", "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
-                           "sources": [], "tables": {"4": [list(r) for r in rows4], "8": [list(r) for r in rows8]}})
-
-    (tmp_path / f"g-v{v}.json").write_text(table([(4096, 4096, 32, 1, "t1w8u2p1"), (4096, 4096, 128, 1, "t1w8u1p1")],
-                                                 [(4096, 4096, 128, 1, "t1w4u1")]))
-    (tmp_path / f"g-v{v}-mlir.json").write_text(table([(4096, 4096, 128, 1, "t1w8u1p2"),
-                                                      (8192, 4096, 32, 16, "t2w4u1")]))
+@pytest.fixture
+def tuned_dir(tmp_path, monkeypatch):
+    """An empty tuned-table directory in place of the package's (``write_table`` fills it), lookups uncached."""
     monkeypatch.setattr(TT, "TUNED_DIR", tmp_path)
     TT._load_tables.cache_clear()
-    try:
-        assert TT.tuned_table(4, "g", "numba") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p1"}
-        assert TT.tuned_table(4, "g", "mlir") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p2",
-                                                 (8192, 4096, 32, 16): "t2w4u1"}
-        assert TT.tuned_table(8, "g", "mlir") == TT.tuned_table(8, "g", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
-        # on the simulator the compiler is numba-cuda's: its table
-        assert TT.tuned_table(4, "g") == TT.tuned_table(4, "g", "numba")
-    finally:
-        TT._load_tables.cache_clear()
+    yield tmp_path
+    TT._load_tables.cache_clear()
+
+
+def write_table(directory, gpu: str, suffix: str = "", **rows) -> None:
+    """``<gpu>-v<version><suffix>.json`` in ``directory``: rows per bit width given as ``b4=[...]``, ``b8=[...]``."""
+    (directory / f"{gpu}-v{TT.KERNEL_VERSION}{suffix}.json").write_text(json.dumps(
+        {"gpu": gpu, "kernel_version": TT.KERNEL_VERSION, "columns": ["N", "K", "block_size", "m_class", "tactic"],
+         "sources": {}, "tables": {b[1:]: [list(r) for r in rs] for b, rs in rows.items()}}))
+
+
+def test_a_compilers_table_replaces_the_rows_it_has(tuned_dir):
+    """``<gpu>-v<version>-mlir.json``: its rows replace the same keys of the GPU's table for processes whose
+    kernels numba-cuda-mlir builds; numba-cuda's processes, and other keys, keep the GPU's table."""
+    write_table(tuned_dir, "g", b4=[(4096, 4096, 32, 1, "t1w8u2p1"), (4096, 4096, 128, 1, "t1w8u1p1")],
+                b8=[(4096, 4096, 128, 1, "t1w4u1")])
+    write_table(tuned_dir, "g", "-mlir", b4=[(4096, 4096, 128, 1, "t1w8u1p2"), (8192, 4096, 32, 16, "t2w4u1")], b8=[])
+    assert TT.tuned_table(4, "g", "numba") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p1"}
+    assert TT.tuned_table(4, "g", "mlir") == {(4096, 4096, 32, 1): "t1w8u2p1", (4096, 4096, 128, 1): "t1w8u1p2",
+                                             (8192, 4096, 32, 16): "t2w4u1"}
+    assert TT.tuned_table(8, "g", "mlir") == TT.tuned_table(8, "g", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+    # on the simulator the compiler is numba-cuda's: its table
+    assert TT.tuned_table(4, "g") == TT.tuned_table(4, "g", "numba")
 
 
 @pytest.mark.parametrize("name,key", [
@@ -159,36 +163,23 @@ def test_gpu_key_of_device_names(name, key):
     assert TT.gpu_key(name) == key
 
 
-def test_a_gpus_table_replaces_the_bit_widths_it_has(tmp_path, monkeypatch):
+def test_a_gpus_table_replaces_the_bit_widths_it_has(tuned_dir):
     """Per bit width: the GPU's own rows where its file has that width (not merged with the default GPU's, so the
     nearest-shape lookup never mixes two GPUs' fits), the default GPU's elsewhere; a compiler's file applies to
     the widths of the GPU it was fitted on."""
-    v = TT.KERNEL_VERSION
-
-    def table(gpu, **rows):
-        return json.dumps({"gpu": gpu, "kernel_version": v, "columns": ["N", "K", "block_size", "m_class", "tactic"],
-                           "sources": {}, "tables": {b[1:]: [list(r) for r in rs] for b, rs in rows.items()}})
-
     d = TT.DEFAULT_GPU
-    (tmp_path / f"{d}-v{v}.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u2p1"),
-                                                            (8192, 4096, 32, 1, "t1w4u1p1")],
-                                                   b8=[(4096, 4096, 128, 1, "t1w4u1")]))
-    (tmp_path / f"{d}-v{v}-mlir.json").write_text(table(d, b4=[(4096, 4096, 32, 1, "t1w8u1p2")],
-                                                        b8=[(4096, 4096, 128, 1, "t1w8u1")]))
-    (tmp_path / f"g2-v{v}.json").write_text(table("g2", b4=[(4096, 4096, 32, 1, "t1w4u2p1")]))
-    monkeypatch.setattr(TT, "TUNED_DIR", tmp_path)
-    TT._load_tables.cache_clear()
-    try:
-        assert TT.tuned_table(4, "g2", "numba") == TT.tuned_table(4, "g2", "mlir") == {(4096, 4096, 32, 1): "t1w4u2p1"}
-        assert TT.tuned_table(8, "g2", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
-        assert TT.tuned_table(8, "g2", "mlir") == {(4096, 4096, 128, 1): "t1w8u1"}  # the default GPU's, its overlay
-        assert TT.tuned_table(4, d, "mlir") == {(4096, 4096, 32, 1): "t1w8u1p2", (8192, 4096, 32, 1): "t1w4u1p1"}
-        assert TT.tuned_table(4, "no-such-gpu", "numba") == TT.tuned_table(4, d, "numba")
-        assert T.default_tactic(4096, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"
-        assert T.default_tactic(8192, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"  # nearest row of g2's own fit
-        assert T.default_tactic(8192, 4096, 32, 1, 4).tag == "t1w4u1p1"
-    finally:
-        TT._load_tables.cache_clear()
+    write_table(tuned_dir, d, b4=[(4096, 4096, 32, 1, "t1w8u2p1"), (8192, 4096, 32, 1, "t1w4u1p1")],
+                b8=[(4096, 4096, 128, 1, "t1w4u1")])
+    write_table(tuned_dir, d, "-mlir", b4=[(4096, 4096, 32, 1, "t1w8u1p2")], b8=[(4096, 4096, 128, 1, "t1w8u1")])
+    write_table(tuned_dir, "g2", b4=[(4096, 4096, 32, 1, "t1w4u2p1")])
+    assert TT.tuned_table(4, "g2", "numba") == TT.tuned_table(4, "g2", "mlir") == {(4096, 4096, 32, 1): "t1w4u2p1"}
+    assert TT.tuned_table(8, "g2", "numba") == {(4096, 4096, 128, 1): "t1w4u1"}
+    assert TT.tuned_table(8, "g2", "mlir") == {(4096, 4096, 128, 1): "t1w8u1"}  # the default GPU's, its overlay
+    assert TT.tuned_table(4, d, "mlir") == {(4096, 4096, 32, 1): "t1w8u1p2", (8192, 4096, 32, 1): "t1w4u1p1"}
+    assert TT.tuned_table(4, "no-such-gpu", "numba") == TT.tuned_table(4, d, "numba")
+    assert T.default_tactic(4096, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"
+    assert T.default_tactic(8192, 4096, 32, 1, 4, gpu="g2").tag == "t1w4u2p1"  # nearest row of g2's own fit
+    assert T.default_tactic(8192, 4096, 32, 1, 4).tag == "t1w4u1p1"
 
 
 def _other_tables():

@@ -74,8 +74,6 @@ def sm_count(simulated: bool) -> int:
     return device_info()[0]
 
 
-
-
 @dataclass(frozen=True)
 class Tactic:
     """Launch shape (all compile-time): ``tpw`` 16-row tiles per block, ``warps`` split-K warps,
