@@ -44,7 +44,8 @@ def rejected_by(p, route_name, cfg=CFG):
     (P(M=2048), "dequant_overlap"),
     (P(M=8192, N=2040), "dequant_cublas"),
     (P(M=17, dtype="float32"), "dequant_cublas"),
-    (P(M=65, N=131072, K=4096), "dequant_overlap"),
+    (P(M=65, N=131072, K=4096, block_size=16), "dequant_overlap"),
+    (P(M=65, N=131072, K=4096), "fused_gemm"),
     (P(zero_points="typed"), "dequant_cublas"),
     (P(has_g_idx=True), "dequant_cublas"),
 ])
@@ -185,26 +186,30 @@ def test_fused_gemm_guard_matches_the_kernels_reach():
     (28672, 8192, 64, None), (28672, 8192, 257, None),
 ])
 def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, K, M, tag):
-    """M = 65..128 (``tactics.wide_tactic``): the fused GEMM on sm_90 where its warpgroup kernel was measured faster
-    than dequantize + cuBLAS, ORT's chain everywhere else (other sm, bits, blocks, N, or K not whole super-chunks)."""
+    """M = 65..256 (``tactics.wide_tactic``): the fused GEMM on sm_90 where its warpgroup kernel was measured faster
+    than dequantize + cuBLAS, ORT's chain everywhere else (other sm, bits, blocks, N, or K not whole super-chunks).
+    4-bit blocks 32, 64 and 128 take the same tactic; 8-bit only block 128."""
     from numba_nbits.kernels.gemv import tactics
 
+    for block in (32, 64, 128):
+        t = tactics.wide_tactic(P(M=M, N=N, K=K, block_size=block))
+        assert (t.tag if t else None) == tag, block
     p = P(M=M, N=N, K=K, block_size=128)
-    t = tactics.wide_tactic(p)
-    assert (t.tag if t else None) == tag
     ort = "dequant_cublas_chunked" if N == 128256 else "dequant_cublas"
     # past the fused kernels: the overlapped chain where its size rule holds (N >= 2048 here)
     past = "dequant_overlap" if M > 64 and M * N >= 1 << 23 else ort
     if M > 64:
         assert route(p) == ("fused_gemm" if tag else past)
+        assert route(P(M=M, N=N, K=K, block_size=32)) == ("fused_gemm" if tag else past)
         if not tag:
             assert rejected_by(p, "fused_gemm") == "fused_gemm_m"
-    for other in (dict(sm=80), dict(bits=2), dict(block_size=32), dict(K=K + 64), dict(dtype="float32")):
+    for other in (dict(sm=80), dict(bits=2), dict(block_size=16), dict(K=K + 64), dict(dtype="float32")):
         q = P(**{**dict(M=M, N=N, K=K, block_size=128), **other})
         assert not tactics.wide_serves(q), other
-    # 8-bit: the barrier pipeline on N >= 24576 rows to M = 128 only
+    # 8-bit: the barrier pipeline on N >= 24576 rows to M = 128 only, block 128 only
     t8 = tactics.wide_tactic(P(M=M, N=N, K=K, block_size=128, bits=8))
     assert (t8.tag if t8 else None) == ("t1w8u1xhvm" if (tag and N >= 24576 and M <= 128) else None)
+    assert not tactics.wide_serves(P(M=M, N=N, K=K, block_size=32, bits=8))
     if tag:
         assert route(P(M=M, N=N, K=K, block_size=128, sm=80)) == past
         assert route(p, load_config({"NUMBA_NBITS_FUSED_GEMM": "0"})) == ort
@@ -236,9 +241,10 @@ def test_router_guards():
 
 # ---------------------------------------------------------------------- chunking
 def test_chunk_rule():
-    """ORT's chunk rule, with our overlapped route off (``NUMBA_NBITS_DEQUANT_OVERLAP=0``: ORT's chain)."""
+    """ORT's chunk rule, with our overlapped route and fused GEMM off (``NUMBA_NBITS_DEQUANT_OVERLAP=0``,
+    ``NUMBA_NBITS_FUSED_GEMM=0``: ORT's chain)."""
     def cfg(**env):
-        return load_config({"NUMBA_NBITS_DEQUANT_OVERLAP": "0", **env})
+        return load_config({"NUMBA_NBITS_DEQUANT_OVERLAP": "0", "NUMBA_NBITS_FUSED_GEMM": "0", **env})
 
     big = P(M=65, N=65537, K=4096)  # N*K_pad*2 = 512 MiB > 256 MiB and N > 2*32768
     assert route(big, cfg()) == "dequant_cublas_chunked"
@@ -261,7 +267,7 @@ def test_chunk_rule():
 # ---------------------------------------------------------------------- overlapped dequantize + cuBLAS
 @pytest.mark.parametrize("kw, ok, guard", [
     (dict(M=2048), True, None), (dict(M=2047), False, "overlap_size"),  # M * N from 2**23 on
-    (dict(M=65, N=131072), True, None), (dict(M=64, N=262144, dtype="float32"), False, "overlap_size"),
+    (dict(M=65, N=131072, block_size=16), True, None), (dict(M=64, N=262144, dtype="float32"), False, "overlap_size"),
     (dict(M=4096, N=2048), True, None), (dict(M=8192, N=2040), False, "overlap_size"),
     (dict(M=4096, N=28672, K=8192, bits=8), True, None), (dict(M=3000, bits=2, dtype="float32"), True, None),
 ])

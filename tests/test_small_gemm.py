@@ -121,7 +121,7 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (12288, 4096, 128, 4, 57, "t1w8u1s3xhvm"), (24575, 4096, 128, 4, 64, "t1w8u1s3xhvm"),
     (14336, 4096, 128, 4, 32, "t2w4u1s4x"), (14336, 4096, 128, 4, 48, "t2w4u1s4x"),  # ... 4 / 6 m-tiles: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
-    (28672, 8192, 32, 4, 64, "t2w4u1s4x"),  # block 32 (not measured with wgmma)
+    (28672, 8192, 32, 4, 64, "t2w8u1s3xhv"), (28672, 8192, 64, 4, 32, "t2w8u1s3b2xhv"),  # blocks 32 / 64
     # 8-bit: the barrier pipeline at 4 / 8 m-tiles on N >= 24576 rows, the plain kernel elsewhere
     (28672, 8192, 128, 8, 64, "t1w8u1xhvm"), (28672, 8192, 128, 8, 32, "t1w8u1xhvm"),
     (24576, 1024, 128, 8, 25, "t1w8u1xhvm"), (28672, 8192, 128, 8, 48, "t2w4u1p1"),
@@ -168,6 +168,26 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, b
     got = [op(Ad, out=o).copy_to_host() for o in outs]
     np.testing.assert_array_equal(got[0].view(np.uint16), got[1].view(np.uint16))
     np.testing.assert_array_equal(got[1].astype(np.float64), Y)
+
+
+@requires_gpu
+@pytest.mark.parametrize("N, K, M, block, tag, dtype", [
+    (24576, 1024, 60, 32, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, 64, "t2w8u1s3b2xhv", "bfloat16"),
+    (24576, 1024, 96, 32, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, 64, "t2w8u1k4s3xhv", "float16"),
+    (16384, 2048, 256, 32, "t1w8u1xhvm", "float16"), (4096, 12288, 80, 32, "t1w8u1k4s3xhv", "bfloat16"),
+    (16384, 1024, 64, 64, "t1w8u1s3xhvm", "float16"),
+])
+def test_default_call_takes_warpgroup_mmas_at_blocks_32_and_64(rng, N, K, M, block, tag, dtype):
+    """4-bit blocks 32 and 64 (``tactics.WG_BLOCKS``) take the same warpgroup tactics as block 128, within
+    tolerance of the oracle."""
+    if not tactics.wgmma_ok(False):
+        pytest.skip("needs an sm_90 GPU")
+    A, B, s, _, b = _inputs(rng, bits=4, block=block, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=block)
+    Y = np.asarray(op(A)).astype(np.float64)
+    assert op.explain(M).name == "fused_gemm" and op._entries[M].plan.tactic.tag == tag
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=block)
+    assert relative_error(Y, ref) <= TOL[dtype]
 
 
 @pytest.mark.parametrize("bits, block, N, K, M, tag, zp, dtype", [

@@ -293,7 +293,7 @@ XA_KSPLIT = 4
 #: ``XA_KSPLIT`` ways, and at 8 m-tiles on ``XA_NOSPLIT_N <= N < WG_MIN_N`` with the barrier pipeline (``mb``);
 #: past M = 64 ``wide_tactic``
 WG_BITS = (4,)
-WG_BLOCKS = (128,)
+WG_BLOCKS = (32, 64, 128)
 WG_M_TILES = (4, 8)
 #: 8-bit block-128 weights take one warpgroup tactic, the barrier pipeline ``t1w8u1xhvm`` (``Tactic.mb``), at
 #: ``WG_M_TILES`` and past M = 64 to ``WG8_MAX_M_TILES`` m-tiles, on N >= ``WG_MIN_N`` rows: on 28672x8192 fp16
@@ -301,6 +301,7 @@ WG_M_TILES = (4, 8)
 #: against the previous defaults' 178.0 / 289.0 (the plain kernel) / 454.9 (dequantize + cuBLAS) and fp16 dense's
 #: 166.8 / 174.2 / 171.0; ``t1w8u1s3xhvm`` was within 1% at M = 32 / 64 (193.3 at 128), ``t2w8u1s3xhvm`` 5-12% slower
 WG8_BITS = (8,)
+WG8_BLOCKS = (128,)
 WG8_MAX_M_TILES = 16
 #: ``t1w8u1xhvm``: 128 rows per CTA, warpgroup MMAs, activations permuted per call, the 2-slot barrier pipeline
 MB_TACTIC = Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
@@ -346,7 +347,7 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
             or not xa_applies(K, block_size, bits)):
         return plain_gemm_tactic(N, M)
     if bits in WG8_BITS:
-        if wg_ok and block_size in WG_BLOCKS and mt in WG_M_TILES and N >= WG_MIN_N:
+        if wg_ok and block_size in WG8_BLOCKS and mt in WG_M_TILES and N >= WG_MIN_N:
             return MB_TACTIC
         return plain_gemm_tactic(N, M)
     if bits not in XA_BITS:
@@ -368,7 +369,8 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
 
 def _wide_ok(p) -> bool:
     """The needs of every kernel past M = 64 (``wide_tactic``)."""
-    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.bits in WG_BITS + WG8_BITS and p.block_size in WG_BLOCKS
+    blocks = WG_BLOCKS if p.bits in WG_BITS else WG8_BLOCKS if p.bits in WG8_BITS else ()
+    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.block_size in blocks
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32)
 
