@@ -121,7 +121,9 @@ def test_default_tactic_past_16_takes_shared_activations_where_fitted(N, K, bloc
     (12288, 4096, 128, 4, 57, "t1w8u1s3xhvm"), (24575, 4096, 128, 4, 64, "t1w8u1s3xhvm"),
     (14336, 4096, 128, 4, 32, "t2w4u1s4x"), (14336, 4096, 128, 4, 48, "t2w4u1s4x"),  # ... 4 / 6 m-tiles: mma.sync
     (4096, 14336, 128, 4, 64, "t1w4u2p1"),  # 4096 rows: the plain kernel
-    (28672, 8192, 32, 4, 64, "t2w8u1s3xhv"), (28672, 8192, 64, 4, 32, "t2w8u1s3b2xhv"),  # blocks 32 / 64
+    (28672, 8192, 32, 4, 64, "t2w8u1s3xhv"), (28672, 8192, 64, 4, 64, "t2w8u1s3xhv"),  # blocks 32 / 64 ...
+    (28672, 8192, 32, 4, 32, "t2w4u1s4x"), (28672, 8192, 64, 4, 25, "t2w4u1s4x"),  # ... but not at 4 m-tiles
+    (128256, 4096, 32, 4, 32, "t2w8u1s3b2xhv"),  # ... unless N >= WG_MINB_N
     # 8-bit: the barrier pipeline at 4 / 8 m-tiles on N >= 24576 rows, the plain kernel elsewhere
     (28672, 8192, 128, 8, 64, "t1w8u1xhvm"), (28672, 8192, 128, 8, 32, "t1w8u1xhvm"),
     (24576, 1024, 128, 8, 25, "t1w8u1xhvm"), (28672, 8192, 128, 8, 48, "t2w4u1p1"),
@@ -172,14 +174,15 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, b
 
 @requires_gpu
 @pytest.mark.parametrize("N, K, M, block, tag, dtype", [
-    (24576, 1024, 60, 32, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, 64, "t2w8u1s3b2xhv", "bfloat16"),
+    (24576, 1024, 60, 32, "t2w8u1s3xhv", "float16"), (65536, 1024, 30, 64, "t2w8u1s3b2xhv", "bfloat16"),
+    (24576, 1024, 30, 32, "t2w4u1s4x", "float16"),
     (24576, 1024, 96, 32, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, 64, "t2w8u1k4s3xhv", "float16"),
     (16384, 2048, 256, 32, "t1w8u1xhvm", "float16"), (4096, 12288, 80, 32, "t1w8u1k4s3xhv", "bfloat16"),
     (16384, 1024, 64, 64, "t1w8u1s3xhvm", "float16"),
 ])
 def test_default_call_takes_warpgroup_mmas_at_blocks_32_and_64(rng, N, K, M, block, tag, dtype):
-    """4-bit blocks 32 and 64 (``tactics.WG_BLOCKS``) take the same warpgroup tactics as block 128, within
-    tolerance of the oracle."""
+    """4-bit blocks 32 and 64 (``tactics.WG_BLOCKS``) take the same warpgroup tactics as block 128 (but the
+    mma.sync ``t2w4u1s4x`` at 4 m-tiles below ``WG_MINB_N`` rows), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
         pytest.skip("needs an sm_90 GPU")
     A, B, s, _, b = _inputs(rng, bits=4, block=block, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)

@@ -295,6 +295,10 @@ XA_KSPLIT = 4
 WG_BITS = (4,)
 WG_BLOCKS = (32, 64, 128)
 WG_M_TILES = (4, 8)
+#: at 4 m-tiles on ``WG_MIN_N <= N < WG_MINB_N`` rows only these blocks take the warpgroup tactic: blocks 32 / 64 keep
+#: ``t2w4u1s4x`` (28672x8192 fp16 M = 32: 72.3 / 67.8 us against ``t2w8u1s3b2xhv``'s 79.6 / 76.6; H200 2026-12-06,
+#: ``benchmarks/results/2026-12-06-h200-wg-blocks``)
+WG_MT4_BLOCKS = (128,)
 #: 8-bit block-128 weights take one warpgroup tactic, the barrier pipeline ``t1w8u1xhvm`` (``Tactic.mb``), at
 #: ``WG_M_TILES`` and past M = 64 to ``WG8_MAX_M_TILES`` m-tiles, on N >= ``WG_MIN_N`` rows: on 28672x8192 fp16
 #: (H100 2026-12-05, ``benchmarks/results/2026-12-05-h100-callB``) 102.0 / 129.2 / 199.7 us at M = 32 / 64 / 128
@@ -353,7 +357,7 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
     if bits not in XA_BITS:
         return plain_gemm_tactic(N, M)
     if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt in WG_M_TILES:
-        if N >= WG_MIN_N:
+        if N >= WG_MIN_N and (mt != WG_M_TILES[0] or N >= WG_MINB_N or block_size in WG_MT4_BLOCKS):
             minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
             return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
         if mt == WG_M_TILES[1]:
