@@ -7,9 +7,9 @@ GEMVs again without bias plus the bias-add kernel (ORT's "retry without bias") โ
 cuBLAS, chunked along N or whole.
 
 One route is ours, not the spec's: ``fused_gemm`` (``kernels/gemv/small_gemm.py``), between the GEMVs and
-dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit block-128 weights to M = 256, 8-bit to
-M = 128: ``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the dequantize + cuBLAS it replaces
-there on the H200. ``numba_nbits.fused_gemm`` /
+dequantize + cuBLAS, serves M = 17..64 (and 2-bit M = 9..16; on sm_90, wide 4-bit weights of blocks 32/64/128 to
+M = 256, 8-bit block 128 to M = 128: ``fused_gemm_m``) with the fused tensor-core kernels, 1.2-4.3x faster than the
+dequantize + cuBLAS it replaces there on the H200. ``numba_nbits.fused_gemm`` /
 ``NUMBA_NBITS_FUSED_GEMM=0`` removes it: the chain is then ORT's exactly. The router GEMV's gate is ORT's (32 x 2880)
 widened to small-N gates (``router_shape``: N <= 256, K <= 8192; ``numba_nbits.router_small_n``), which the same switch
 (or ``NUMBA_NBITS_ROUTER_SMALL_N=0``) narrows back. Each guard is a pure predicate over ``(Problem, Config)`` with the
@@ -177,7 +177,7 @@ def _fused_gemm_m(p: Problem, c: Config) -> bool:
 
 
 fused_gemm_m = G("fused_gemm_m", f"M <= {FUSED_GEMM_MAX_M}, or M <= {FUSED_GEMM_WIDE_MAX_M} where the warpgroup "
-                 "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, 4-bit block 128, "
+                 "kernels serve it (kernels.gemv.tactics.wide_serves: sm_90, 4-bit blocks 32/64/128, "
                  "N >= 12288; M <= 128 on 8192..12287 rows, M <= 96 on 4096..8191 rows with K >= 12288; "
                  "8-bit block 128: M <= 128 on N >= 24576)", _fused_gemm_m)
 
@@ -257,8 +257,9 @@ ROUTES: tuple = (
           "add", "2-bit fused GEMV, M = 1..8 (spec ยง4.3); tensor cores for fp16/bf16, block <= 128"),
     Route("fused_gemm", "fused_gemm", FUSED + (fused_gemm_enabled, tensor_core_dtype, bits_2_4_8, m_positive,
                                                fused_gemm_m, block_in({16, 32, 64, 128})),
-          "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs, M <= 256 on wide 4-bit block-128 "
-                 "weights (8-bit: M <= 128) on sm_90 (ours, not ORT's chain; NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
+          "add", "fused tensor-core small GEMM, M <= 64 past the GEMVs, M <= 256 on wide 4-bit weights "
+                 "(blocks 32/64/128; 8-bit block 128: M <= 128) on sm_90 (ours, not ORT's chain; "
+                 "NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),
     Route("dequant_overlap", "dequant_overlap", (fused_gemm_enabled, dequant_overlap_enabled, overlap_size),
           "add", "dequantize N-chunks on a side stream while cuBLAS multiplies the previous chunk (ours, not ORT's "
                  "chain; NUMBA_NBITS_DEQUANT_OVERLAP=0 or NUMBA_NBITS_FUSED_GEMM=0 turns it off)"),

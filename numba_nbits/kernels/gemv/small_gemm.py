@@ -13,11 +13,12 @@ From 4 m-tiles (M >= 25) on N >= 8192 rows of 4-bit weights the route takes the 
 (``mma_xa``): the warps of a CTA share each K step's activations through shared memory instead of each
 re-reading them from L2 (``tactics.gemm_tactic``); it folds the block scale into the decoded fp16/bf16 weight
 (one rounding per weight, as dequantize + cuBLAS has) instead of scaling fp32 partial sums per block. On an
-sm_90 GPU, at M = 25..32 and 49..64 on wide block-128 weights, that kernel issues Hopper's
+sm_90 GPU, at M = 25..32 and 49..64 on wide 4-bit weights (block 128; blocks 32 / 64 at M = 49..64, and at
+M = 25..32 from 65536 rows), that kernel issues Hopper's
 warpgroup MMAs (``wgmma``, ``Tactic.wg``) with 256 rows per CTA instead of ``mma.sync``, most of them with the
 activations permuted per call into the MMAs' order (``Tactic.pa``, ``wg_a``: one more launch). Past M = 64 (to 256)
 the route serves only what that warpgroup kernel (12..32 m-tiles: wgmma n = 96..256) was measured to do faster
-than dequantize + cuBLAS (``tactics.wide_serves``: sm_90, 4-bit block 128, N >= 12288, to M = 128
+than dequantize + cuBLAS (``tactics.wide_serves``: sm_90, 4-bit blocks 32 / 64 / 128, N >= 12288, to M = 128
 on N >= 8192, and down projections of 4096..8191 rows with K >= 12288 to M = 96; 8-bit block 128 on N >= 24576 to
 M = 128, which also takes it at M = 25..32 and 49..64: ``tactics.WG8_BITS``); the rest keeps ORT's chain.
 
@@ -73,7 +74,7 @@ def unmet(problem):
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
         yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90, 4-bit "
-               f"block 128, K % 128 == 0, N >= {XA_NOSPLIT_N}; M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}.."
+               f"blocks 32/64/128, K % 128 == 0, N >= {XA_NOSPLIT_N}; M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}.."
                f"{XA_NOSPLIT_N - 1} rows, M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with "
                f"K >= {WG_DOWN_MIN_K})")
     if p.block_size not in BLOCK_SIZES:

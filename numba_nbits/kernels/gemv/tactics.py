@@ -286,11 +286,15 @@ XA_MIN_M_TILES = 4
 XA_MIN_N = 8192
 XA_NOSPLIT_N = 12288
 XA_KSPLIT = 4
-#: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, block 128 (the
-#: only block measured), ``WG_M_TILES`` m-tiles (M = 25..32 and 49..64), activations permuted per call (``pa``)
-#: where that was faster: on N >= ``WG_MIN_N`` rows (``gemm_tactic``; launch bounds for two CTAs per SM at 4
-#: m-tiles and from ``WG_MINB_N`` rows), at 8 m-tiles on ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split
-#: ``XA_KSPLIT`` ways, and at 8 m-tiles on ``XA_NOSPLIT_N <= N < WG_MIN_N`` with the barrier pipeline (``mb``);
+#: Hopper's warpgroup MMAs in the shared-activation kernel (``Tactic.wg``) as the default: 4-bit, blocks
+#: ``WG_BLOCKS`` (fitted at block 128; blocks 32 / 64 take the same tactics, measured on the five Llama shapes at
+#: M = 32..256 against the mma.sync kernel and dequantize + cuBLAS, H200 2026-12-06,
+#: ``benchmarks/results/2026-12-06-h200-wg-blocks``: 1.2-2.7x dequantize + cuBLAS past M = 64), ``WG_M_TILES``
+#: m-tiles (M = 25..32 and 49..64; blocks 32 / 64 at 4 m-tiles only from ``WG_MINB_N`` rows, ``WG_MT4_BLOCKS``),
+#: activations permuted per call (``pa``) where that was faster: on N >= ``WG_MIN_N`` rows (``gemm_tactic``; launch
+#: bounds for two CTAs per SM at 4 m-tiles and from ``WG_MINB_N`` rows), at 8 m-tiles on
+#: ``XA_MIN_N <= N < XA_NOSPLIT_N`` with K split ``XA_KSPLIT`` ways, and at 8 m-tiles on
+#: ``XA_NOSPLIT_N <= N < WG_MIN_N`` with the barrier pipeline (``mb``);
 #: past M = 64 ``wide_tactic``
 WG_BITS = (4,)
 WG_BLOCKS = (32, 64, 128)
@@ -383,9 +387,9 @@ def wide_tactic(problem) -> Tactic | None:
     """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
     or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
     measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
-    (``problem.sm``), 4- or 8-bit block-128 weights (``WG_BITS``, ``WG8_BITS``, ``WG_BLOCKS``), fp16/bf16 A, zero points
-    none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``); then, with
-    activations permuted per call (``pa``):
+    (``problem.sm``), 4-bit weights of blocks ``WG_BLOCKS`` or 8-bit of ``WG8_BLOCKS`` (``WG_BITS``, ``WG8_BITS``),
+    fp16/bf16 A, zero points none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``);
+    then, with activations permuted per call (``pa``):
 
     * N >= ``XA_NOSPLIT_N``: ``t1w8u1xhvm`` (128 rows per CTA, the barrier pipeline ``Tactic.mb`` with 2 slots: 84 KB of
       shared memory at 16 m-tiles, two CTAs per SM; one at 32). Against the previous ``t1w8u1s3xhv`` in the same run
