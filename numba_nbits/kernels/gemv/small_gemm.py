@@ -74,9 +74,9 @@ def unmet(problem):
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
         yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90, 4-bit "
-               f"blocks 32/64/128, K % 128 == 0, N >= {XA_NOSPLIT_N}; M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}.."
-               f"{XA_NOSPLIT_N - 1} rows, M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with "
-               f"K >= {WG_DOWN_MIN_K})")
+               f"blocks 32/64/128, K whole super-chunks (mma_xa.applies), N >= {XA_NOSPLIT_N}; "
+               f"M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}..{XA_NOSPLIT_N - 1} rows, "
+               f"M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with K >= {WG_DOWN_MIN_K})")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 
