@@ -136,7 +136,7 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 
 
 @requires_gpu
-@pytest.mark.parametrize("N, K, M, tag, dtype, bits", [(*case, 4) for case in [
+@pytest.mark.parametrize("N, K, M, tag, dtype, bits, block", [(*case, 4, 128) for case in [
     (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
     (24576, 1024, 96, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
@@ -145,20 +145,27 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
     (16384, 2048, 256, "t1w8u1xhvm", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
     (16384, 1024, 64, "t1w8u1s3xhvm", "float16"),  # 8 m-tiles on 12288..24575 rows: the barrier pipeline
 ]] + [  # 8-bit (``tactics.WG8_BITS``): the barrier pipeline at 4 / 8 / 12 / 16 m-tiles on N >= 24576 rows
-    (24576, 1024, 32, "t1w8u1xhvm", "float16", 8), (24576, 1024, 64, "t1w8u1xhvm", "bfloat16", 8),
-    (24576, 1024, 80, "t1w8u1xhvm", "float16", 8), (24576, 1024, 128, "t1w8u1xhvm", "bfloat16", 8),
-])
-def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, bits):
-    """On an sm_90 GPU (either compiler) a default call at M = 60..128 on wide block-128 weights runs the ``wgmma``
-    kernel (route ``fused_gemm``), within tolerance of the oracle."""
+    (24576, 1024, 32, "t1w8u1xhvm", "float16", 8, 128), (24576, 1024, 64, "t1w8u1xhvm", "bfloat16", 8, 128),
+    (24576, 1024, 80, "t1w8u1xhvm", "float16", 8, 128), (24576, 1024, 128, "t1w8u1xhvm", "bfloat16", 8, 128),
+] + [(*case, 4, block) for *case, block in [  # 4-bit blocks 32 / 64 (``tactics.WG_BLOCKS``): block 128's tactics,
+    # but the mma.sync ``t2w4u1s4x`` at 4 m-tiles below ``WG_MINB_N`` rows (``WG_MT4_BLOCKS``)
+    (24576, 1024, 60, "t2w8u1s3xhv", "float16", 32), (65536, 1024, 30, "t2w8u1s3b2xhv", "bfloat16", 64),
+    (24576, 1024, 30, "t2w4u1s4x", "float16", 32),
+    (24576, 1024, 96, "t1w8u1xhvm", "bfloat16", 32), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16", 64),
+    (16384, 2048, 256, "t1w8u1xhvm", "float16", 32), (4096, 12288, 80, "t1w8u1k4s3xhv", "bfloat16", 32),
+    (16384, 1024, 64, "t1w8u1s3xhvm", "float16", 64),
+]])
+def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, bits, block):
+    """On an sm_90 GPU (either compiler) a default call at M = 25..256 on wide weights runs the tactic the rules
+    name (``wgmma`` kernels, route ``fused_gemm``), within tolerance of the oracle."""
     if not tactics.wgmma_ok(False):
         pytest.skip("needs an sm_90 GPU")
-    A, B, s, _, b = _inputs(rng, bits=bits, block=128, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
-    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=bits, block_size=128)
+    A, B, s, _, b = _inputs(rng, bits=bits, block=block, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
+    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=bits, block_size=block)
     Y = np.asarray(op(A)).astype(np.float64)
     plan = op._entries[M].plan
     assert op.explain(M).name == "fused_gemm" and plan.tactic.tag == tag
-    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=bits, block_size=128)
+    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=bits, block_size=block)
     assert relative_error(Y, ref) <= TOL[dtype]
     if dtype != "float16":
         return
@@ -170,27 +177,6 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, b
     got = [op(Ad, out=o).copy_to_host() for o in outs]
     np.testing.assert_array_equal(got[0].view(np.uint16), got[1].view(np.uint16))
     np.testing.assert_array_equal(got[1].astype(np.float64), Y)
-
-
-@requires_gpu
-@pytest.mark.parametrize("N, K, M, block, tag, dtype", [
-    (24576, 1024, 60, 32, "t2w8u1s3xhv", "float16"), (65536, 1024, 30, 64, "t2w8u1s3b2xhv", "bfloat16"),
-    (24576, 1024, 30, 32, "t2w4u1s4x", "float16"),
-    (24576, 1024, 96, 32, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, 64, "t2w8u1k4s3xhv", "float16"),
-    (16384, 2048, 256, 32, "t1w8u1xhvm", "float16"), (4096, 12288, 80, 32, "t1w8u1k4s3xhv", "bfloat16"),
-    (16384, 1024, 64, 64, "t1w8u1s3xhvm", "float16"),
-])
-def test_default_call_takes_warpgroup_mmas_at_blocks_32_and_64(rng, N, K, M, block, tag, dtype):
-    """4-bit blocks 32 and 64 (``tactics.WG_BLOCKS``) take the same warpgroup tactics as block 128 (but the
-    mma.sync ``t2w4u1s4x`` at 4 m-tiles below ``WG_MINB_N`` rows), within tolerance of the oracle."""
-    if not tactics.wgmma_ok(False):
-        pytest.skip("needs an sm_90 GPU")
-    A, B, s, _, b = _inputs(rng, bits=4, block=block, N=N, K=K, M=M, dtype=dtype, zp=False, bias=True)
-    op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=4, block_size=block)
-    Y = np.asarray(op(A)).astype(np.float64)
-    assert op.explain(M).name == "fused_gemm" and op._entries[M].plan.tactic.tag == tag
-    ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=4, block_size=block)
-    assert relative_error(Y, ref) <= TOL[dtype]
 
 
 @pytest.mark.parametrize("bits, block, N, K, M, tag, zp, dtype", [
