@@ -317,6 +317,12 @@ WG_MIN_N = 24576
 WG_MINB_N = 65536
 
 
+def wg_blocks(bits: int) -> tuple:
+    """The block sizes whose ``bits``-bit weights the warpgroup tactics serve (``WG_BLOCKS`` for ``WG_BITS``,
+    ``WG8_BLOCKS`` for ``WG8_BITS``, none otherwise): one table for ``gemm_tactic`` and ``wide_tactic``."""
+    return WG_BLOCKS if bits in WG_BITS else WG8_BLOCKS if bits in WG8_BITS else ()
+
+
 def wgmma_ok(simulated: bool) -> bool:
     """Whether the ``wg`` tactics may be chosen by default: a compute-capability 9.0 GPU (``wgmma`` is sm_90a
     only; both compilers build it, ``intrinsics_sm90``)."""
@@ -355,12 +361,12 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
             or not xa_applies(K, block_size, bits)):
         return plain_gemm_tactic(N, M)
     if bits in WG8_BITS:
-        if wg_ok and block_size in WG8_BLOCKS and mt in WG_M_TILES and N >= WG_MIN_N:
+        if wg_ok and block_size in wg_blocks(bits) and mt in WG_M_TILES and N >= WG_MIN_N:
             return MB_TACTIC
         return plain_gemm_tactic(N, M)
     if bits not in XA_BITS:
         return plain_gemm_tactic(N, M)
-    if wg_ok and bits in WG_BITS and block_size in WG_BLOCKS and mt in WG_M_TILES:
+    if wg_ok and bits in WG_BITS and block_size in wg_blocks(bits) and mt in WG_M_TILES:
         if N >= WG_MIN_N and (mt != WG_M_TILES[0] or N >= WG_MINB_N or block_size in WG_MT4_BLOCKS):
             minb = 2 if (N >= WG_MINB_N or mt == WG_M_TILES[0]) else 0
             return Tactic(2, 8, 1, stages=3, minb=minb, xa=True, wg=True, pa=True)
@@ -377,8 +383,7 @@ def gemm_tactic(N: int, M: int, K: int | None = None, block_size: int | None = N
 
 def _wide_ok(p) -> bool:
     """The needs of every kernel past M = 64 (``wide_tactic``)."""
-    blocks = WG_BLOCKS if p.bits in WG_BITS else WG8_BLOCKS if p.bits in WG8_BITS else ()
-    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.block_size in blocks
+    return (MAX_M < p.M <= WG_MAX_M and p.sm == 90 and p.block_size in wg_blocks(p.bits)
             and p.dtype in ("float16", "bfloat16") and p.zero_points in ("none", "packed") and not p.has_g_idx
             and p.N % 8 == 0 and xa_applies(p.K, p.block_size, p.bits) and p.M * p.K // 2 < 2 ** 32)
 
