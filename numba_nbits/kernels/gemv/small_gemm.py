@@ -50,12 +50,15 @@ from .tactics import (
     BITS,
     BLOCK_SIZES,
     MAX_M,
+    WG8_MAX_M_TILES,
     WG_DOWN_MIN_K,
     WG_DOWN_MIN_N,
     WG_M_TILES_BEYOND,
     WG_MAX_M,
+    WG_MIN_N,
     XA_MIN_N,
     XA_NOSPLIT_N,
+    wg_blocks,
     wide_serves,
 )
 
@@ -73,10 +76,11 @@ def unmet(problem):
     if not 1 <= p.M <= WG_MAX_M:
         yield f"M={p.M} outside 1..{WG_MAX_M}"
     elif p.M > MAX_M and not wide_serves(p):
-        yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90, 4-bit "
-               f"blocks 32/64/128, K whole super-chunks (mma_xa.applies), N >= {XA_NOSPLIT_N}; "
+        yield (f"M={p.M} > {MAX_M} is served only where tactics.wide_serves says (sm_90, K whole super-chunks "
+               f"(mma_xa.applies); 4-bit blocks {wg_blocks(4)}: N >= {XA_NOSPLIT_N}, "
                f"M <= {8 * WG_M_TILES_BEYOND[1]} on {XA_MIN_N}..{XA_NOSPLIT_N - 1} rows, "
-               f"M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with K >= {WG_DOWN_MIN_K})")
+               f"M <= {8 * WG_M_TILES_BEYOND[0]} on {WG_DOWN_MIN_N}..{XA_MIN_N - 1} rows with K >= {WG_DOWN_MIN_K}; "
+               f"8-bit blocks {wg_blocks(8)}: N >= {WG_MIN_N}, M <= {8 * WG8_MAX_M_TILES})")
     if p.block_size not in BLOCK_SIZES:
         yield f"block_size={p.block_size} not in {BLOCK_SIZES}"
 
