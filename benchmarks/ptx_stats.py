@@ -11,6 +11,10 @@
     python -m benchmarks.ptx_stats --k-tail ...  (the GEMV kernels for a K with a tail, guarded activation
                                                   loads; default: the ``_kf`` kernels of K a multiple of the
                                                   super-chunk, which every shape of the benchmark sets has)
+    python -m benchmarks.ptx_stats --sass --dump DIR t2w4u1p1,128,2 ...  (also write each kernel's PTX, SASS
+                                                  and main-loop SASS to DIR/<tag>_b<block>_mt<m-tiles>_<dtype>_w<bits>_
+                                                  <backend>.{ptx,sass,loop.sass}, to compare the two compilers'
+                                                  code line by line)
 
 The compiler ``NUMBA_NBITS_BACKEND`` selects (numba-cuda, or numba-cuda-mlir with ``=mlir``: the two can be
 compared kernel by kernel, ``backend=`` in each line) compiles the kernel to PTX for sm_90 (no driver needed:
@@ -137,13 +141,9 @@ def late_loads(body: list) -> int:
     return count
 
 
-def main_loop(sass: str) -> dict:
-    """The main loop of a kernel's SASS (``nvdisasm -c`` text): of the loops (a label to a branch back to it),
-    the one with the most tensor-core instructions (HMMA / HGMMA / IMMA), then the longest (a GEMV's cross-warp
-    reduction loop can be longer than its K loop), leaving out spans with an ``EXIT`` (ptxas places the retry of
-    an ``mbarrier`` wait after the kernel's end, and its branch back would take in the epilogue); ``{"main_loop": instructions, "late_loads": late_loads(...),
-    "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent first); empty without a backward
-    branch."""
+def _best_loop(sass: str):
+    """``(body, span)`` of ``main_loop``'s loop: its instruction lines, and its lines from the label to the branch
+    back (labels included); None without a backward branch."""
     lines = sass.splitlines()
     labels = {}
     best = None
@@ -160,9 +160,26 @@ def main_loop(sass: str) -> dict:
             key = (sum(_SASS_INSTR.search(x).group(2) in _TENSOR_OPS for x in body), len(body))
             if best is None or key > best[0]:
                 best = (key, body, span)
+    return None if best is None else best[1:]
+
+
+def main_loop_listing(sass: str) -> str:
+    """The lines of ``main_loop``'s loop (label to the branch back), empty without a backward branch."""
+    best = _best_loop(sass)
+    return "" if best is None else "\n".join(best[1]) + "\n"
+
+
+def main_loop(sass: str) -> dict:
+    """The main loop of a kernel's SASS (``nvdisasm -c`` text): of the loops (a label to a branch back to it),
+    the one with the most tensor-core instructions (HMMA / HGMMA / IMMA), then the longest (a GEMV's cross-warp
+    reduction loop can be longer than its K loop), leaving out spans with an ``EXIT`` (ptxas places the retry of
+    an ``mbarrier`` wait after the kernel's end, and its branch back would take in the epilogue); ``{"main_loop": instructions, "late_loads": late_loads(...),
+    "loop_ops": {opcode: count}}`` (opcodes without modifiers, most frequent first); empty without a backward
+    branch."""
+    best = _best_loop(sass)
     if best is None:
         return {}
-    _, body, span = best
+    body, span = best
     ops = {}
     for x in body:
         op = _SASS_INSTR.search(x).group(2)
@@ -218,7 +235,7 @@ def compile_ptx(tag: str, bs: int, MT: int, dtype: str, bits: int = 4, kfull: bo
     return tac, _kernel_ptx(k), k
 
 
-def snapped_ptxas_stats(k, ptx: str, sass: bool = False) -> dict:
+def snapped_ptxas_stats(k, ptx: str, sass: bool = False, dump: str | None = None) -> dict:
     """``ptxas_stats`` of ``launch.Kernel`` ``k``'s PTX under its register options as a GPU build gets them:
     ``max_registers`` as ``-maxrregcount``; occupancy snapping (``k.snap``) modelled with the registers alone
     (the driver also weighs shared memory there): one step down within the slack and no more spill bytes,
@@ -226,23 +243,25 @@ def snapped_ptxas_stats(k, ptx: str, sass: bool = False) -> dict:
     from numba_nbits.launch.occupancy import blocks_by_registers, snap_target
 
     ps = ptxas_stats(ptx, sass, k.options.get("max_registers"))
-    if k.snap is None or "error" in ps:
-        return ps
-    threads, slack = k.snap
-    target = snap_target(ps["regs"], threads, slack)
-    if target is None:
-        return ps
-    capped = ptxas_stats(ptx, sass, target)
-    if ("error" not in capped and capped["spill"] <= ps["spill"]
-            and blocks_by_registers(capped["regs"], threads) > blocks_by_registers(ps["regs"], threads)):
-        return {**capped, "snapped": ps["regs"]}
-    return ps
+    chosen = ps, k.options.get("max_registers")
+    if k.snap is not None and "error" not in ps:
+        threads, slack = k.snap
+        target = snap_target(ps["regs"], threads, slack)
+        if target is not None:
+            capped = ptxas_stats(ptx, sass, target)
+            if ("error" not in capped and capped["spill"] <= ps["spill"]
+                    and blocks_by_registers(capped["regs"], threads) > blocks_by_registers(ps["regs"], threads)):
+                chosen = {**capped, "snapped": ps["regs"]}, target
+    if dump is not None:
+        ptxas_stats(ptx, sass, chosen[1], dump)
+    return chosen[0]
 
 
-def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) -> dict:
+def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None, dump: str | None = None) -> dict:
     """``ptxas -v -arch=sm_90a`` of ``ptx`` (``-maxrregcount`` with ``max_registers``): regs, spill (store
     bytes), smem (static bytes), or error; with ``sass`` also ``main_loop`` / ``loop_ops`` of the cubin
-    (``main_loop``; needs ``nvdisasm``)."""
+    (``main_loop``; needs ``nvdisasm``). ``dump``: a path prefix; the PTX as assembled is written to
+    ``<dump>.ptx`` and, with ``sass``, the cubin's SASS and its main loop to ``<dump>.sass`` / ``<dump>.loop.sass``."""
     exe = _ptxas()
     if exe is None:
         return {"error": "no ptxas"}
@@ -260,6 +279,9 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) 
                                capture_output=True, text=True)
             if r.returncode == 0:
                 break
+        if dump is not None:
+            with open(dump + ".ptx", "w") as f:
+                f.write(src)
         text = r.stderr + r.stdout
         loop = {}
         if sass and r.returncode == 0:
@@ -269,6 +291,11 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None) 
             else:
                 d2 = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=False)
                 loop = main_loop(d2.stdout) if d2.returncode == 0 else {"sass_error": d2.stderr.strip()[:200]}
+                if dump is not None and d2.returncode == 0:
+                    with open(dump + ".sass", "w") as f:
+                        f.write(d2.stdout)
+                    with open(dump + ".loop.sass", "w") as f:
+                        f.write(main_loop_listing(d2.stdout))
     if r.returncode != 0:
         return {"error": text.strip().splitlines()[-1][:200]}
     return {"regs": int(re.findall(r"Used (\d+) registers", text)[0]),
@@ -287,14 +314,20 @@ def occupancy(regs: int, smem: int, warps: int) -> int:
 
 
 def stats(tag: str, bs: int, MT: int, dtype: str = "float16", bits: int = 4, sass: bool = False,
-          kfull: bool = True) -> dict:
+          kfull: bool = True, dump_dir: str | None = None) -> dict:
+    """One GEMV specialisation's compile time, ptxas figures (``snapped_ptxas_stats``), occupancy and waves at
+    28672 rows; ``dump_dir``: also its PTX / SASS files there (``ptxas_stats``'s ``dump``)."""
     t = time.time()
     tac, ptx, k = compile_ptx(tag, bs, MT, dtype, bits, kfull)
     from numba_nbits import backend
 
     out = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dtype, "kfull": kfull, "backend": backend.compiler(),
            "compile_s": round(time.time() - t, 2)}
-    ps = snapped_ptxas_stats(k, ptx, sass)
+    dump = None
+    if dump_dir is not None:
+        os.makedirs(dump_dir, exist_ok=True)
+        dump = os.path.join(dump_dir, f"{tag}_b{bs}_mt{MT}_{dtype}_w{bits}_{out['backend']}" + ("" if kfull else "_kt"))
+    ps = snapped_ptxas_stats(k, ptx, sass, dump)
     out.update(ps)
     if "error" in ps:
         return out
@@ -378,15 +411,16 @@ def main(argv):
 
         S.BITS = int(argv[argv.index("--bits") + 1]) if "--bits" in argv else 4
         specs = [(tag, bs, MT, dt, S.BITS) for (dt, MT, bs, tag) in sorted(S.plan_specs(False))]
+    dump_dir = argv[argv.index("--dump") + 1] if "--dump" in argv else None
     for i, a in enumerate(argv):
-        if a.startswith("--") or (i and argv[i - 1] == "--bits"):
+        if a.startswith("--") or (i and argv[i - 1] in ("--bits", "--dump")):
             continue
         p = a.split(",")
         dt = {"f16": "float16", "bf16": "bfloat16"}.get(p[3] if len(p) > 3 else "f16", "float16")
         specs.append((p[0], int(p[1]), int(p[2]), dt, int(p[4]) if len(p) > 4 else 4))
     for tag, bs, MT, dt, bits in specs:
         try:
-            s = stats(tag, bs, MT, dt, bits, "--sass" in argv, "--k-tail" not in argv)
+            s = stats(tag, bs, MT, dt, bits, "--sass" in argv, "--k-tail" not in argv, dump_dir)
         except Exception as e:  # noqa: BLE001
             s = {"tag": tag, "bits": bits, "bs": bs, "MT": MT, "dtype": dt, "error": f"{type(e).__name__}: {e}"[:200]}
         print(" ".join(f"{k}={v}" for k, v in s.items()), flush=True)

@@ -110,3 +110,63 @@ def test_ptx_of_a_gemv_from_either_compiler(compiler):
                        check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == [compiler, "t1w1u1", "True", "True"], r.stdout
+
+
+def test_main_loop_listing_is_the_loop_main_loop_counts():
+    from benchmarks.ptx_stats import main_loop_listing
+
+    text = main_loop_listing(SASS)
+    lines = text.splitlines()
+    assert lines[0] == ".L_x_3:" and "BRA `(.L_x_3)" in lines[-1]  # label to the branch back, labels kept
+    assert sum("/*" in x for x in lines) == main_loop(SASS)["main_loop"] == 8
+    assert main_loop_listing(SASS.replace("`(.L_x_4)", "`(.L_x_5)").replace("`(.L_x_3)", "`(.L_x_5)")) == ""
+
+
+def _dump(tmp_path, *flags):
+    """``python -m benchmarks.ptx_stats FLAGS --dump tmp_path t1w4u1,32,1`` under numba-cuda (its PTX, no GPU): the
+    printed figures as a dict, and the files' path stem."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import pythonpath_with
+
+    from benchmarks import ptx_stats
+    from numba_nbits import backend
+
+    if ptx_stats._ptxas() is None:
+        pytest.skip("needs ptxas")
+    if not backend.numba_can_compile():
+        import numpy as np
+
+        pytest.skip(f"numba-cuda does not compile under numpy {np.__version__}")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_NBITS_BACKEND="numba", NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(root))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.ptx_stats", *flags, "--dump", str(tmp_path), "t1w4u1,32,1"],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=root, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("tag=t1w4u1 "))
+    fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv and not kv.startswith("loop_ops"))
+    return fields, tmp_path / "t1w4u1_b32_mt1_float16_w4_numba"
+
+
+def test_dump_writes_the_ptx_it_assembled(tmp_path):
+    """``--dump DIR`` without ``--sass``: the PTX ptxas assembled for the figures printed (sm_90a), nothing else."""
+    fields, stem = _dump(tmp_path)
+    assert int(fields["regs"]) > 0 and "main_loop" not in fields
+    ptx = stem.with_name(stem.name + ".ptx").read_text()
+    assert ".entry" in ptx and ".target sm_90a" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+    assert [p.name for p in tmp_path.iterdir()] == [stem.name + ".ptx"]
+
+
+def test_dump_writes_the_sass_it_counted(tmp_path):
+    """``--sass --dump DIR``: also the cubin's SASS and its main loop, the loop ``main_loop`` counted."""
+    from benchmarks import ptx_stats
+
+    if ptx_stats._nvdisasm() is None:
+        pytest.skip("needs nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    fields, stem = _dump(tmp_path, "--sass")
+    sass, loop = (stem.with_name(stem.name + ext).read_text() for ext in (".sass", ".loop.sass"))
+    assert ptx_stats.main_loop(sass)["main_loop"] == int(fields["main_loop"])
+    assert loop == ptx_stats.main_loop_listing(sass) and "HMMA" in loop
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stem.name + ext for ext in (".loop.sass", ".ptx", ".sass")]
