@@ -31,7 +31,12 @@ import pytest
 from conftest import SIMULATED, requires_gpu
 
 import numba_nbits as nb
+from numba_nbits.kernels.gemv.tactics import WG_MAX_M
 from numba_nbits.reference import TOLERANCES, matmul_nbits_ref, relative_error
+
+#: the first M no fused GEMM form serves (the warpgroup kernel reaches WG_MAX_M on wide weights), so dispatch
+#: takes ORT's dequantize chain (or the overlapped one)
+PAST_FUSED_M = WG_MAX_M + 1
 
 MIB = 1 << 20
 SCRATCH_BOUND = 256 * MIB
@@ -133,16 +138,16 @@ def _op(p, config=None, environ=None):
 @requires_gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["lm_head_4bit", "head_8bit"])
-@pytest.mark.parametrize("how", ["dispatch_m1", "chunked_m1", "dispatch_m32", "dispatch_m65"])
+@pytest.mark.parametrize("how", ["dispatch_m1", "chunked_m1", "dispatch_m32", "dispatch_past_fused"])
 def test_beyond_2_31(request, which, how):
     p = request.getfixturevalue(which)
     rng, N, K = p["rng"], p["N"], p["K"]
-    M = {"dispatch_m32": 32, "dispatch_m65": 65}.get(how, 1)
+    M = {"dispatch_m32": 32, "dispatch_past_fused": PAST_FUSED_M}.get(how, 1)
     config = {"numba_nbits.force_route": "dequant_cublas_chunked"} if how == "chunked_m1" else None
     op = _op(p, config=config)
     route = op.route(M)
-    # at M = 65 these N (M * N >= 2**23) take the overlapped chain, chunks capped by the scratch limit
-    want = {"dispatch_m32": "fused_gemm", "dispatch_m65": "dequant_overlap"}.get(how)
+    # past the fused GEMM these N (M * N >= 2**23) take the overlapped chain, chunks capped by the scratch limit
+    want = {"dispatch_m32": "fused_gemm", "dispatch_past_fused": "dequant_overlap"}.get(how)
     if want is not None:
         assert route == want, f"dispatch picked {route} for an {N}x{K} weight at M={M}"
     A = (rng.standard_normal((M, K))).astype(np.float16)
@@ -155,7 +160,7 @@ def test_beyond_2_31(request, which, how):
 @pytest.mark.parametrize("which", ["lm_head_4bit", "head_8bit"])
 def test_chunked_scratch_within_256mib(request, which):
     p = request.getfixturevalue(which)
-    M = 65  # past the fused GEMM's M <= 64
+    M = PAST_FUSED_M
     for overlap, route in (("0", "dequant_cublas_chunked"), ("1", "dequant_overlap")):  # ORT's chain, then ours
         op = _op(p, environ={"NUMBA_NBITS_DEQUANT_OVERLAP": overlap})
         assert op.route(M) == route
@@ -171,7 +176,7 @@ def test_chunked_scratch_within_256mib_with_chunk_size(request, which):
     p = request.getfixturevalue(which)
     rows = SCRATCH_BOUND // (p["K"] * 2)
     op = _op(p, environ={"ORT_MATMULNBITS_CHUNK_SIZE": str(rows), "NUMBA_NBITS_DEQUANT_OVERLAP": "0"})
-    M = 65  # past the fused GEMM's M <= 64
+    M = PAST_FUSED_M
     assert op.route(M) == "dequant_cublas_chunked"
     A = p["rng"].standard_normal((M, p["K"])).astype(np.float16)
     _check_sampled(op, A, p["B"], p["scales"], p["zp"], K=p["K"], N=p["N"], bits=p["bits"], block=p["block"],
