@@ -54,7 +54,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Sequence
 
-from . import dataflow_fix, lowering_fix, mlir_fix, typing_memo
+from . import dataflow_fix, lowering_fix, mlir_fix, mlir_layout, typing_memo
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -261,12 +261,13 @@ def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options
 @contextmanager
 def _frontend():
     """Around one compile of our kernels by the selected compiler: numba-cuda's front end with ``lowering_fix``,
-    ``typing_memo`` and ``dataflow_fix``; numba-cuda-mlir's with ``mlir_fix`` and ``typing_memo`` (each installed only
-    over the compiler version it was written against)."""
+    ``typing_memo`` and ``dataflow_fix``; numba-cuda-mlir's with ``mlir_fix``, ``typing_memo`` and ``mlir_layout`` (each
+    installed only over the compiler version it was written against)."""
     if compiler() == "mlir":
         mlir_fix.install()
         typing_memo.install_mlir()
-        with typing_memo.active(), mlir_fix.active():
+        mlir_layout.install()
+        with mlir_layout.active(), typing_memo.active(), mlir_fix.active():
             yield
         return
     lowering_fix.install()

@@ -311,31 +311,39 @@ def _targets():
             ("ir.Assign.__init__", ir.Assign, "__init__", None)]
 
 
-def install() -> bool:
-    """Put the replacements in place if every function is the one this module was written against; True when they
-    are. Idempotent and thread-safe; ``status()`` says why not."""
-    with _LOCK:
-        if _state["done"]:
-            return _state["installed"]
-        _state["done"] = True
+def install_replacements(state: dict, lock, targets, known: dict, original: dict) -> bool:
+    """Put the replacements of ``targets()`` (``(key, owner, attribute, replacement or None)``, the ones with None only
+    checked) in place if every function's source hash is ``known[key]``, the originals kept in ``original`` by
+    attribute name; ``state`` records whether and why (not). Idempotent and thread-safe under ``lock``; shared with
+    ``mlir_layout``."""
+    with lock:
+        if state["done"]:
+            return state["installed"]
+        state["done"] = True
         try:
             from numba_cuda_mlir import __version__ as version
 
-            targets = _targets()
+            found = targets()
         except ImportError as e:
-            _state["reason"] = f"numba-cuda-mlir not importable: {e}"
+            state["reason"] = f"numba-cuda-mlir not importable: {e}"
             return False
-        for key, owner, attr, _ in targets:
-            if source_sha256(getattr(owner, attr, None)) != KNOWN_SOURCE_SHA256.get(key):
-                _state["reason"] = f"numba-cuda-mlir {version}: {key} is not the known one"
+        for key, owner, attr, _ in found:
+            if source_sha256(getattr(owner, attr, None)) != known.get(key):
+                state["reason"] = f"numba-cuda-mlir {version}: {key} is not the known one"
                 return False
-        for key, owner, attr, new in targets:
+        for key, owner, attr, new in found:
             if new is not None:
-                _ORIGINAL[attr] = getattr(owner, attr)
+                original[attr] = getattr(owner, attr)
                 setattr(owner, attr, new)
-        _state["installed"] = True
-        _state["reason"] = f"installed on numba-cuda-mlir {version}"
+        state["installed"] = True
+        state["reason"] = f"installed on numba-cuda-mlir {version}"
         return True
+
+
+def install() -> bool:
+    """Put the replacements in place if every function is the one this module was written against; True when they
+    are. Idempotent and thread-safe; ``status()`` says why not."""
+    return install_replacements(_state, _LOCK, _targets, KNOWN_SOURCE_SHA256, _ORIGINAL)
 
 
 def status() -> str:

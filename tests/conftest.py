@@ -134,6 +134,20 @@ def pythonpath_with(root) -> str:
     return os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
+def run_mlir_script(script: str):
+    """``script`` run by ``python -c`` in a process of its own under numba-cuda-mlir (``NUMBA_NBITS_BACKEND=mlir``,
+    ``NUMBA_ENABLE_CUDASIM=0``; no GPU needed for PTX), from the repository root: the finished
+    ``subprocess.CompletedProcess`` (text output captured, 900 s at most)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="mlir", PYTHONPATH=pythonpath_with(root))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900,
+                          cwd=root)
+
+
 def run_benchmark(name: str, *args: str, out):
     """``python -m benchmarks.<name> <args>`` from the repository root with ``$OUT`` set to ``out`` (the script's CSVs
     land there): the finished ``subprocess.CompletedProcess`` (text output captured, 600 s at most)."""

@@ -67,7 +67,8 @@ _UNSTABLE = "@@id@@"  # marks a fingerprint part that names an object by its add
 #: every package module they import (at module level or inside functions, directly or through each other).
 #: ``tests/test_kernel_cache.py`` checks this against a static scan of those imports.
 KERNEL_SOURCES = ("kernels", "launch", "dispatch", "arrays.py", "backend.py", "config.py", "formats.py",
-                  "lowering_fix.py", "typing_memo.py", "dataflow_fix.py", "mlir_fix.py", "scratch.py", "lanes.py")
+                  "lowering_fix.py", "typing_memo.py", "dataflow_fix.py", "mlir_fix.py",
+                  "mlir_layout.py", "scratch.py", "lanes.py")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

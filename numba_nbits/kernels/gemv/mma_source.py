@@ -180,16 +180,21 @@ def emit_counter_reset(e) -> None:
     e(3, "cnt[grp] = np.int32(0)")
 
 
-def emit_head():
+def emit_head(opaque_lane: bool = False):
     """Start a kernel's source: ``(lines, e)`` with ``e(indent, text)`` appending a line, after the kernel's
-    signature and the lane's coordinates (MMA fragment row group ``g`` and column pair ``t``)."""
+    signature and the lane's coordinates (MMA fragment row group ``g`` and column pair ``t``). ``opaque_lane``:
+    the lane index through ``opaque_i64``, so the compiler cannot fold ``x * 64 + lane`` into an ``or`` (it knows the
+    lane's high bits are zero): NVVM's strength reduction reads an ``or`` with a variable as no induction expression,
+    and numba-cuda-mlir's two-m-tile loops then recomputed every weight address
+    (``benchmarks/results/2026-12-07-cpu-mlir-layout``; the register-ring kernels only: ``t2w4u1s4x`` took 6 more
+    registers with it)."""
     L = []
 
     def e(indent, s):
         L.append("    " * indent + s)
 
     e(0, "def gemv_mma(a32, bq, sc, sw, zpk, out, ws, cnt, M, K, N, n_super):")
-    e(1, "lane = cuda.threadIdx.x & 31")
+    e(1, "lane = opaque_i64(cuda.threadIdx.x & 31)" if opaque_lane else "lane = cuda.threadIdx.x & 31")
     e(1, "warp = cuda.threadIdx.x >> 5")
     e(1, "g = lane >> 2")
     e(1, "t = lane & 3")
@@ -331,7 +336,7 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
         sizes(block_size, bits)
     c = _CONST[act]
     red_entries = TPW * m_tiles * 4 * 32  # partial sums per warp (shared-memory reduction)
-    L, e = emit_head()
+    L, e = emit_head(opaque_lane=not tac.smem)
     if ksplit == 1:
         e(1, "tile0 = np.int64(cuda.blockIdx.x) * TPW")
         e(1, "gw = np.int64(warp)")

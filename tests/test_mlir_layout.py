@@ -1,0 +1,94 @@
+"""numba_nbits.mlir_layout: inside our compiles numba-cuda-mlir reads no innermost stride of a ``C`` array (the kernel's
+parameters stay the same memref descriptors), and still reads it for an ``A`` array; outside ``active()``, before and
+after, it compiles as shipped (the stride read); an unknown ``ArrayModel.__init__`` is left alone; the GEMV kernel
+the LM head's M = 1 call runs reads none of its arrays' innermost strides.
+
+numba-cuda-mlir runs in a process of its own (``NUMBA_NBITS_BACKEND=mlir``, ``NUMBA_ENABLE_CUDASIM=0``; without a GPU
+its compute-capability query is answered with 9.0 as ``benchmarks.ptx_stats`` does); only PTX is produced.
+"""
+from __future__ import annotations
+
+import pytest
+from conftest import run_mlir_script
+
+_SCRIPT = r'''
+import re
+from benchmarks.ptx_stats import _fake_device
+_fake_device()
+from numba import cuda
+from numba.cuda import types
+from numba_nbits import backend, mlir_layout
+from numba_nbits.kernels.gemv.mma import gemv_mma_kernel
+from numba_nbits.kernels.gemv.tactics import Tactic
+
+assert backend.compiler() == "mlir", backend.compiler()
+
+
+def axpy(x, y, z, a):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        z[i] = a * x[i] + y[i, i % y.shape[1]]
+
+
+SIG = (types.float32[::1], types.float32[:, ::1], types.float32[:], types.float32)
+# the parameters of each array, numba-cuda-mlir's memref descriptor: allocated, aligned, offset, shape..., strides...
+INNER = {"x": 4, "y": 11, "z": 16}  # x: 0..4, y: 5..11 (strides 10, 11), z: 12..16 (stride 16)
+
+
+def ptx(pyfunc, argtypes, inside, options=None):
+    c = backend.cuda()
+    sig = backend.types().void(*backend.argtypes(argtypes))
+    opts = backend.jit_options(dict(options or {}), (9, 0))
+    if inside:
+        with backend._frontend():
+            return c.jit(sig, **opts)(backend.rebind(pyfunc)).compile(sig).metadata["ptx"]
+    return c.jit(sig, **opts)(backend.rebind(pyfunc)).compile(sig).metadata["ptx"]
+
+
+def reads(text, index):
+    return re.search(rf"_param_{index}\]", text) is not None
+
+
+def report(tag, text):
+    print(tag, " ".join(f"{n}={int(reads(text, i))}" for n, i in INNER.items()), flush=True)
+
+
+known = dict(mlir_layout.KNOWN_SOURCE_SHA256)
+mlir_layout.KNOWN_SOURCE_SHA256["models.ArrayModel.__init__"] = "0" * 64  # as if numba-cuda-mlir had changed it
+assert mlir_layout.install() is False and "not the known one" in mlir_layout.status(), mlir_layout.status()
+report("unknown", ptx(axpy, SIG, True))
+mlir_layout.KNOWN_SOURCE_SHA256.update(known)
+mlir_layout._state["done"] = False
+assert mlir_layout.install() is True, mlir_layout.status()
+
+report("before", ptx(axpy, SIG, False))
+report("inside", ptx(axpy, SIG, True))
+report("after", ptx(axpy, SIG, False))
+
+k = gemv_mma_kernel("float16", 1, Tactic.parse("t1w4u1p1"), 128, "none", 4, False, True)
+arrays = [i for i, t in enumerate(k.argtypes) if isinstance(t, types.Array)]
+slots, n = [], 0
+for t in k.argtypes:
+    if isinstance(t, types.Array):
+        slots.append((t.layout, n + 3 + 2 * t.ndim - 1))  # its innermost stride
+        n += 3 + 2 * t.ndim
+    else:
+        n += 1
+for tag, inside in (("gemv_outside", False), ("gemv_inside", True)):
+    text = ptx(k.pyfunc, k.argtypes, inside, k.options)
+    print(tag, len(slots), sum(reads(text, i) for layout, i in slots if layout == "C"), flush=True)
+'''
+
+
+def test_static_innermost_stride_inside_our_compiles_only():
+    pytest.importorskip("numba_cuda_mlir")
+    r = run_mlir_script(_SCRIPT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines() if ln.strip()}
+    shipped = ["x=1", "y=1", "z=1"]  # every innermost stride is a parameter numba-cuda-mlir reads
+    assert got["unknown"] == shipped, r.stdout
+    assert got["before"] == shipped and got["after"] == shipped, r.stdout
+    assert got["inside"] == ["x=0", "y=0", "z=1"], r.stdout  # z is an ``A`` array: its stride is still read
+    n_arrays, _ = map(int, got["gemv_outside"])
+    assert n_arrays >= 4 and int(got["gemv_outside"][1]) > 0, r.stdout
+    assert got["gemv_inside"] == [str(n_arrays), "0"], r.stdout
