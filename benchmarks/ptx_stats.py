@@ -239,22 +239,35 @@ def snapped_ptxas_stats(k, ptx: str, sass: bool = False, dump: str | None = None
     """``ptxas_stats`` of ``launch.Kernel`` ``k``'s PTX under its register options as a GPU build gets them:
     ``max_registers`` as ``-maxrregcount``; occupancy snapping (``k.snap``) modelled with the registers alone
     (the driver also weighs shared memory there): one step down within the slack and no more spill bytes,
-    then the capped build's figures with ``snapped=<registers before>``."""
+    then the capped build's figures with ``snapped=<registers before>``. ``dump``: the files of the build whose
+    figures are returned (``ptxas_stats``)."""
     from numba_nbits.launch.occupancy import blocks_by_registers, snap_target
 
-    ps = ptxas_stats(ptx, sass, k.options.get("max_registers"))
-    chosen = ps, k.options.get("max_registers")
+    ps, texts = _assemble(ptx, sass, k.options.get("max_registers"))
+    chosen = ps, texts
     if k.snap is not None and "error" not in ps:
         threads, slack = k.snap
         target = snap_target(ps["regs"], threads, slack)
         if target is not None:
-            capped = ptxas_stats(ptx, sass, target)
+            capped, capped_texts = _assemble(ptx, sass, target)
             if ("error" not in capped and capped["spill"] <= ps["spill"]
                     and blocks_by_registers(capped["regs"], threads) > blocks_by_registers(ps["regs"], threads)):
-                chosen = {**capped, "snapped": ps["regs"]}, target
+                chosen = {**capped, "snapped": ps["regs"]}, capped_texts
     if dump is not None:
-        ptxas_stats(ptx, sass, chosen[1], dump)
+        _write_dump(chosen[1], dump)
     return chosen[0]
+
+
+def _write_dump(texts: dict, dump: str) -> None:
+    """``<dump>.ptx`` (the PTX as assembled) and, where the build was disassembled, ``<dump>.sass`` and its main
+    loop ``<dump>.loop.sass``."""
+    with open(dump + ".ptx", "w") as f:
+        f.write(texts["ptx"])
+    if texts.get("sass") is not None:
+        with open(dump + ".sass", "w") as f:
+            f.write(texts["sass"])
+        with open(dump + ".loop.sass", "w") as f:
+            f.write(main_loop_listing(texts["sass"]))
 
 
 def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None, dump: str | None = None) -> dict:
@@ -262,9 +275,18 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None, 
     bytes), smem (static bytes), or error; with ``sass`` also ``main_loop`` / ``loop_ops`` of the cubin
     (``main_loop``; needs ``nvdisasm``). ``dump``: a path prefix; the PTX as assembled is written to
     ``<dump>.ptx`` and, with ``sass``, the cubin's SASS and its main loop to ``<dump>.sass`` / ``<dump>.loop.sass``."""
+    stats_, texts = _assemble(ptx, sass, max_registers)
+    if dump is not None and texts:
+        _write_dump(texts, dump)
+    return stats_
+
+
+def _assemble(ptx: str, sass: bool, max_registers: int | None) -> tuple[dict, dict]:
+    """(``ptxas_stats``' figures, the build's texts: ``ptx`` as assembled and, when disassembled, ``sass``; no
+    texts without ptxas)."""
     exe = _ptxas()
     if exe is None:
-        return {"error": "no ptxas"}
+        return {"error": "no ptxas"}, {}
     cap = ["-maxrregcount", str(max_registers)] if max_registers else []
     # numba-cuda's PTX for a cc-9.0 device on a GPU targets sm_90a (wgmma needs it); compile_ptx here says sm_90
     ptx = re.sub(r"^\.target sm_90\s*$", ".target sm_90a", ptx, flags=re.M)
@@ -279,9 +301,7 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None, 
                                capture_output=True, text=True)
             if r.returncode == 0:
                 break
-        if dump is not None:
-            with open(dump + ".ptx", "w") as f:
-                f.write(src)
+        texts = {"ptx": src, "sass": None}
         text = r.stderr + r.stdout
         loop = {}
         if sass and r.returncode == 0:
@@ -291,16 +311,13 @@ def ptxas_stats(ptx: str, sass: bool = False, max_registers: int | None = None, 
             else:
                 d2 = subprocess.run([dis, "-c", os.path.join(d, "k.cubin")], capture_output=True, text=True, check=False)
                 loop = main_loop(d2.stdout) if d2.returncode == 0 else {"sass_error": d2.stderr.strip()[:200]}
-                if dump is not None and d2.returncode == 0:
-                    with open(dump + ".sass", "w") as f:
-                        f.write(d2.stdout)
-                    with open(dump + ".loop.sass", "w") as f:
-                        f.write(main_loop_listing(d2.stdout))
+                if d2.returncode == 0:
+                    texts["sass"] = d2.stdout
     if r.returncode != 0:
-        return {"error": text.strip().splitlines()[-1][:200]}
+        return {"error": text.strip().splitlines()[-1][:200]}, texts
     return {"regs": int(re.findall(r"Used (\d+) registers", text)[0]),
             "spill": int(re.findall(r"(\d+) bytes spill stores", text)[0]),
-            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0]), **loop}
+            "smem": int((re.findall(r"(\d+) bytes smem", text) or [0])[0]), **loop}, texts
 
 
 def occupancy(regs: int, smem: int, warps: int) -> int:

@@ -134,18 +134,22 @@ def pythonpath_with(root) -> str:
     return os.pathsep.join([str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
-def run_mlir_script(script: str):
-    """``script`` run by ``python -c`` in a process of its own under numba-cuda-mlir (``NUMBA_NBITS_BACKEND=mlir``,
-    ``NUMBA_ENABLE_CUDASIM=0``; no GPU needed for PTX), from the repository root: the finished
-    ``subprocess.CompletedProcess`` (text output captured, 900 s at most)."""
+def run_compiler(compiler: str, *args: str, timeout: int = 900):
+    """``python ARGS`` in a process of its own whose kernels ``compiler`` builds (``NUMBA_NBITS_BACKEND``, ``numba`` or
+    ``mlir``; ``NUMBA_ENABLE_CUDASIM=0``: no GPU needed for PTX), from the repository root: the finished
+    ``subprocess.CompletedProcess`` (text output captured, ``timeout`` s at most)."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND="mlir", PYTHONPATH=pythonpath_with(root))
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900,
-                          cwd=root)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_NBITS_BACKEND=compiler, PYTHONPATH=pythonpath_with(root))
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=root)
+
+
+def run_mlir_script(script: str):
+    """``script`` run by ``python -c`` under numba-cuda-mlir (``run_compiler``)."""
+    return run_compiler("mlir", "-c", script)
 
 
 def run_benchmark(name: str, *args: str, out):

@@ -87,11 +87,7 @@ def test_no_backward_branch_no_loop():
 def test_ptx_of_a_gemv_from_either_compiler(compiler):
     """``NUMBA_NBITS_BACKEND`` picks the compiler whose PTX ptx_stats reads (no GPU needed), so the two can be
     compared kernel by kernel."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import pythonpath_with
+    from conftest import run_compiler
 
     from numba_nbits import backend
 
@@ -104,10 +100,7 @@ def test_ptx_of_a_gemv_from_either_compiler(compiler):
     code = ("from benchmarks import ptx_stats as p; from numba_nbits import backend; "
             "tac, ptx, _ = p.compile_ptx('t1w1u1', 32, 1, 'float16'); "
             "print(backend.compiler(), tac.tag, '.entry' in ptx, 'mma.sync.aligned.m16n8k16' in ptx)")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_NBITS_BACKEND=compiler, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(root))
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=root,
-                       check=False)
+    r = run_compiler(compiler, "-c", code, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == [compiler, "t1w1u1", "True", "True"], r.stdout
 
@@ -125,11 +118,7 @@ def test_main_loop_listing_is_the_loop_main_loop_counts():
 def _dump(tmp_path, *flags):
     """``python -m benchmarks.ptx_stats FLAGS --dump tmp_path t1w4u1,32,1`` under numba-cuda (its PTX, no GPU): the
     printed figures as a dict, and the files' path stem."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import pythonpath_with
+    from conftest import run_compiler
 
     from benchmarks import ptx_stats
     from numba_nbits import backend
@@ -140,10 +129,7 @@ def _dump(tmp_path, *flags):
         import numpy as np
 
         pytest.skip(f"numba-cuda does not compile under numpy {np.__version__}")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_NBITS_BACKEND="numba", NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=pythonpath_with(root))
-    r = subprocess.run([sys.executable, "-m", "benchmarks.ptx_stats", *flags, "--dump", str(tmp_path), "t1w4u1,32,1"],
-                       env=env, capture_output=True, text=True, timeout=600, cwd=root, check=False)
+    r = run_compiler("numba", "-m", "benchmarks.ptx_stats", *flags, "--dump", str(tmp_path), "t1w4u1,32,1", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("tag=t1w4u1 "))
     fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv and not kv.startswith("loop_ops"))
