@@ -375,7 +375,7 @@ def report(rows, log=print):
     for r in rows:
         by.setdefault((r["dtype"], r["block_size"], r["N"], r["K"], r["M"]), []).append(r)
     log(f"{'case':<34} {'best':<16} {'us':>8} {'TB/s':>6} | {'default':<12} {'us':>8} {'TB/s':>6} | gain  "
-        f"{'ORT us':>7} | failed")
+        f"{'ORT us':>7} | {'runner-up':<16} {'+%':>5} | failed")
     for key in sorted(by):
         rs = by[key]
         ok = [r for r in rs if r["correct"] and r["us"] > 0]
@@ -386,12 +386,18 @@ def report(rows, log=print):
         if not ok:
             log(f"{name:<34} no correct tactic; errors: {[r['error'][:80] for r in rs][:3]}")
             continue
-        b = min(ok, key=lambda r: r["us"])
+        ranked = sorted(ok, key=lambda r: r["us"])
+        b = ranked[0]
+        # the second-fastest correct tactic and how much slower: a near-tie here is worth re-timing in the harness
+        # the table is judged by (this sweep's graph of plan launches put two tactics within 0.3% that the perf
+        # harness and ncu put 4% apart, H100 2026-12-07, benchmarks/results/2026-12-07-gpu-mlir-layout)
+        nx = (f"{ranked[1]['tactic']:<16} {100 * (ranked[1]['us'] / b['us'] - 1):5.1f}" if len(ranked) > 1
+              else f"{'-':<16} {'':>5}")
         ds = f"{d[0]['tactic']:<12} {d[0]['us']:8.2f} {d[0]['tb_s']:6.2f}" if d else f"{'-':<12} {'':>8} {'':>6}"
         gain = f"{d[0]['us'] / b['us']:.2f}x" if d and d[0]["us"] > 0 else "-"
         ort = ort_table.get((N, K, bs, M)) if dt == "float16" and BITS == 4 else None
         ort_s = f"{ort:7.2f}" if ort else f"{'-':>7}"
-        log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | "
+        log(f"{name:<34} {b['tactic']:<16} {b['us']:8.2f} {b['tb_s']:6.2f} | {ds} | {gain:<5} {ort_s} | {nx} | "
             f"{' '.join(bad)}")
 
 

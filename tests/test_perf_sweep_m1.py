@@ -149,6 +149,23 @@ def test_fit_rule(tmp_path, monkeypatch):
     assert _served(monkeypatch, path, 4) == t
 
 
+def test_report_names_the_runner_up_and_its_margin():
+    """Each case's line gives the second-fastest correct tactic and how much slower it ran (a near-tie to re-time)."""
+    S = _sweep()
+    rows = [dict(r, default=False, tb_s=1.0, error="") for r in (
+        _row(4096, 4096, 32, 1, "t1w8u1p1", 6.00), _row(4096, 4096, 32, 1, "t1w8u2p1b4", 6.03),
+        _row(4096, 4096, 32, 1, "t1w8u2p1", 5.00, correct=False), _row(4096, 4096, 32, 1, "t1w8u1", 7.5),
+        _row(28672, 8192, 32, 1, "t2w8u1", 40.0))]
+    lines = []
+    S.report(rows, log=lines.append)
+    first = next(x for x in lines if x.startswith("4096x4096 g32"))
+    cols = [c.split() for c in first.split("|")]
+    assert cols[0][-3] == "t1w8u1p1" and cols[3] == ["t1w8u2p1b4", "0.5"]  # not the wrong, faster one
+    assert cols[4] == ["t1w8u2p1"]  # which is listed as failed
+    assert next(x for x in lines if x.startswith("28672x8192")).split("|")[3].split() == ["-"]
+    assert "runner-up" in lines[0]
+
+
 def test_tuned_file_format():
     """``dump_tuned`` spells a table like the package's file (byte for byte); ``merge_tuned`` replaces one
     bit width and refuses a table of another GPU or kernel version."""
