@@ -1,4 +1,4 @@
-"""LLVM-7 -O3 (libLLVM-7 of numba-cuda-mlir) over an LLVM 7 text module: python o3.py in.ll out.ll [O]"""
+"""LLVM-7 -O<LEVEL> (libLLVM-7 of numba-cuda-mlir) over an LLVM 7 text module: python llvm7_opt.py in.ll out.ll [LEVEL] (default 3)"""
 import ctypes, os, sys, re
 import numba_cuda_mlir
 lib = ctypes.CDLL(os.path.join(os.path.dirname(numba_cuda_mlir.__file__), "lib", "libLLVM-7.so"))

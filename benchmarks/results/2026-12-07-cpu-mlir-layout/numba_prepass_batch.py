@@ -1,6 +1,7 @@
 """numba-cuda's NVVM input with and without an LLVM 7 pre-pass (-O1) through the same libNVVM: ptxas/nvdisasm figures.
-python batch_prepass.py SPEC... (SPEC = tag,block,m_tiles; run from the repository root with numba-cuda's venv;
-needs numba-cuda-mlir's libLLVM-7 importable through MLIR_SITE)"""
+python numba_prepass_batch.py SPEC... (SPEC = tag,block,m_tiles; run from the repository root with numba-cuda's venv;
+needs an interpreter with numba-cuda-mlir, PY_MLIR (default /work/venv-mlir/bin/python), to run llvm7_opt.py;
+LEVEL the pre-pass level, default 1)"""
 import os, sys, re, subprocess, tempfile
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, os.getcwd())
