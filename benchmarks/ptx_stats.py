@@ -215,11 +215,14 @@ def _kernel_ptx(k) -> str:
 
     opts = {k2: v for k2, v in k.options.items() if k2 in ("launch_bounds", "fastmath")}  # max_registers: ptxas
     if backend.compiler() == "mlir":
-        return backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0), **opts)
+        return backend.compile_ptx(k.pyfunc, k.argtypes, (9, 0), prepass=k.prepass, **opts)
     from numba import cuda
     from numba.cuda import types
 
-    ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
+    from numba_nbits import nvvm_prepass
+
+    with nvvm_prepass.active(backend.prepass_state(k.prepass) == "installed"):
+        ptx, _ = cuda.compile_ptx(k.pyfunc, types.void(*k.argtypes), cc=(9, 0), **opts)
     return ptx
 
 

@@ -134,7 +134,13 @@ def _cases(tiny: bool):
     return out
 
 
+#: ``--tags``: these tactics replace every case's candidates (the table's default tactic is still added)
+TAGS = None
+
+
 def _candidates(dtype: str, M: int, bs: int, tiny: bool):
+    if TAGS is not None:
+        return TAGS
     if tiny:
         return TINY_CANDS
     if BITS != 4:
@@ -414,8 +420,13 @@ def _subset(text, allowed, parse, what):
 
 
 def restrict(args):
-    """Narrow the run's cases (module globals) to ``--shapes`` / ``--ms`` / ``--blocks`` / ``--no-bf16``."""
-    global SHAPES, MS, BLOCKS, BF16_SHAPES, BF16_MS
+    """Narrow the run's cases (module globals) to ``--shapes`` / ``--ms`` / ``--blocks`` / ``--no-bf16``; ``--tags``
+    replaces the candidates (each checked by ``Tactic.parse``)."""
+    global SHAPES, MS, BLOCKS, BF16_SHAPES, BF16_MS, TAGS
+    if getattr(args, "tags", None):
+        from numba_nbits.kernels.gemv.tactics import Tactic
+
+        TAGS = [Tactic.parse(t.strip()).tag for t in args.tags.split(",") if t.strip()]
     shape = lambda x: tuple(int(v) for v in x.strip().lower().split("x"))  # noqa: E731
     low = LOW_BIT.get(BITS)
     if args.shapes:
@@ -473,6 +484,8 @@ def main(argv=None):
     ap.add_argument("--ms", help="only these M of the run's M, comma-separated")
     ap.add_argument("--blocks", help="only these block sizes of the run's blocks, comma-separated")
     ap.add_argument("--no-bf16", action="store_true", help="leave out the bf16 cases")
+    ap.add_argument("--tags", help="comma-separated tactic tags that replace every case's candidates (the table's "
+                    "default is kept), e.g. t1w8u1p1,t1w8u1p1n,t1w8u1p1o")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)

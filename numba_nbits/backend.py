@@ -54,7 +54,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Sequence
 
-from . import dataflow_fix, lowering_fix, mlir_fix, mlir_layout, typing_memo
+from . import dataflow_fix, lowering_fix, mlir_fix, mlir_layout, nvvm_prepass, typing_memo
 from .config import ENV_BACKEND
 
 BACKENDS = ("numba", "mlir")
@@ -240,57 +240,65 @@ def _rebound(pyfunc):
     return fn
 
 
-def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], **options) -> str:
-    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc``. On
-    numba-cuda-mlir at 9.0 the PTX of a full compile for ``chip="sm_90a"`` (its ``compile_ptx`` takes no
-    ``chip`` and targets plain sm_90, which refuses ``wgmma``)."""
+def compile_ptx(pyfunc, argtypes_: Sequence[Any], cc: tuple[int, int], prepass: bool = False, **options) -> str:
+    """PTX of kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) at compute capability ``cc`` (``prepass``: with
+    the NVVM pre-pass, ``nvvm_prepass``). On numba-cuda-mlir at 9.0 the PTX of a full compile for ``chip="sm_90a"``
+    (its ``compile_ptx`` takes no ``chip`` and targets plain sm_90, which refuses ``wgmma``)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
     opts = jit_options(options, tuple(cc))
     if "chip" in opts:
-        with _frontend():
+        with _frontend(prepass):
             return c.jit(sig, **opts)(rebind(pyfunc)).compile(sig).metadata["ptx"]
     if simulated():
         ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
         return ptx
-    with _frontend():
+    with _frontend(prepass):
         ptx, _ = c.compile_ptx(rebind(pyfunc), sig, cc=tuple(cc), **options)
     return ptx
 
 
+def prepass_state(prepass: bool) -> str:
+    """What a compile asked for the NVVM pre-pass gets under this process's compiler: ``"off"`` (not asked),
+    ``"installed"``, or why it compiles without it (``nvvm_prepass.install``); part of the kernel cache key."""
+    return nvvm_prepass.install(compiler()) if prepass and not simulated() else "off"
+
+
 @contextmanager
-def _frontend():
+def _frontend(prepass: bool = False):
     """Around one compile of our kernels by the selected compiler: numba-cuda's front end with ``lowering_fix``,
     ``typing_memo`` and ``dataflow_fix``; numba-cuda-mlir's with ``mlir_fix``, ``typing_memo`` and ``mlir_layout`` (each
-    installed only over the compiler version it was written against)."""
+    installed only over the compiler version it was written against); with ``prepass`` the NVVM pre-pass where it is
+    installed (``nvvm_prepass``)."""
+    on = prepass_state(prepass) == "installed"
     if compiler() == "mlir":
         mlir_fix.install()
         typing_memo.install_mlir()
         mlir_layout.install()
-        with mlir_layout.active(), typing_memo.active(), mlir_fix.active():
+        with mlir_layout.active(), typing_memo.active(), mlir_fix.active(), nvvm_prepass.active(on):
             yield
         return
     lowering_fix.install()
     typing_memo.install()
     dataflow_fix.install()
-    with typing_memo.active(), dataflow_fix.active():
+    with typing_memo.active(), dataflow_fix.active(), nvvm_prepass.active(on):
         yield
 
 
-def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc):
-    """Compile kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) with ``options`` for the current
-    device: ``(dispatcher, loaded numba Function, None)`` on numba-cuda (the cubin stays in numba's code
+def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc, prepass: bool = False):
+    """Compile kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) with ``options`` (``prepass``: and the NVVM
+    pre-pass, ``nvvm_prepass``) for the current device: ``(dispatcher, loaded numba Function, None)`` on numba-cuda (the cubin stays in numba's code
     library; numba asks the device itself), ``(dispatcher, None, (entry name, cubin))`` on numba-cuda-mlir
     (for the compute capability ``current_cc()`` returns; loaded by the launcher)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
     if compiler() == "mlir":
-        with _frontend():  # a signature given: numba-cuda-mlir compiles in jit(), compile() returns that result
+        with _frontend(prepass):  # a signature given: numba-cuda-mlir compiles in jit(), compile() returns that result
             disp = c.jit(sig, **jit_options(options, current_cc()))(rebind(pyfunc))
             cres = disp.compile(sig)
         return disp, None, (cres.metadata["func_name"], bytes(cres.metadata["cubin"]))
     check_numba_numpy()
-    with _frontend():  # the signature given: numba-cuda compiles here
+    with _frontend(prepass):  # the signature given: numba-cuda compiles here
         disp = c.jit(sig, **options)(pyfunc)
         return disp, next(iter(disp.overloads.values()))._codelibrary.get_cufunc(), None
 

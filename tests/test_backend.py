@@ -401,8 +401,8 @@ def test_launcher_compiles_caches_loads_and_packs_for_numba_cuda_mlir(tmp_path, 
     drv = _FakeDriver()
     compiled = []
 
-    def compile_kernel(pyfunc, argtypes, options, current_cc):
-        compiled.append((pyfunc.__name__, current_cc()))
+    def compile_kernel(pyfunc, argtypes, options, current_cc, prepass=False):
+        compiled.append((pyfunc.__name__, current_cc(), prepass))
         return object(), None, ("_Z4kern", b"\x7fELF-cubin")
 
     as_backend("mlir")
@@ -418,7 +418,7 @@ def test_launcher_compiles_caches_loads_and_packs_for_numba_cuda_mlir(tmp_path, 
 
     k1 = launch.Kernel(_kern, argtypes, name="kern")
     k1.ensure()
-    assert compiled == [("_kern", (9, 0))] and not k1.from_cache and cache.stores == 1
+    assert compiled == [("_kern", (9, 0), False)] and not k1.from_cache and cache.stores == 1
     assert drv.loaded == [b"\x7fELF-cubin"] and k1._func == ("module1", b"_Z4kern") and k1.registers() == 40
     k2 = launch.Kernel(_kern, argtypes, name="kern")
     k2.ensure()  # the cached cubin, loaded through the driver: no compile

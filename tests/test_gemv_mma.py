@@ -143,6 +143,34 @@ def test_k_full_kernels_read_no_activation_guard(rng, bits, bs, tag):
         assert ("sca_ = min(" in src) == (full and tac.unroll >= 2)
 
 
+
+@pytest.mark.parametrize("bits,bs,zp,tag", [(4, 32, "packed", "t1w2u2p1s3n"), (4, 128, "none", "t2w1u1n"),
+                                            (8, 64, "packed", "t1w1u1p1k2no"), (2, 16, "none", "t1w2u1p1n")])
+def test_unguarded_prefetch_stays_in_the_tail(rng, bits, bs, zp, tag):
+    """``Tactic.unguarded`` (tag ``n``): the prefetch loads of stages past a tile's last super-chunk are not
+    tested, so they read the next tile or the packed arrays' zero tail (``layout.TAIL_SUPERS``). One super-chunk
+    per row makes the last tile's overrun the largest (stages * unroll * warps * ksplit - 1 super-chunks); the
+    simulator's loads index the arrays themselves, so a read past the tail fails the test. Against the oracle,
+    M = 1 and 9; the generated source has no ``if scl < n_super`` test."""
+    ks = L.super_chunk(bs, bits)
+    tac = GT.Tactic.parse(tag)
+    assert tac.stages * tac.unroll * tac.warps * tac.ksplit <= L.TAIL_SUPERS
+    for M in (1, 9):
+        w, A, ref = _make(rng, 32 * tac.tpw, ks, bs, "float16", zp, M, bits)
+        _check(_run(w, A, M, tac), ref, "float16")
+    src = G.generate_source("float16", 1, tac, bs, zp, bits, False, True)
+    assert "if scl < n_super" not in src
+    plain = G.generate_source("float16", 1, GT.Tactic.parse(tag.replace("n", "")), bs, zp, bits, False, True)
+    assert "if scl < n_super" in plain
+
+
+def test_unguarded_prefetch_needs_a_register_pipeline_within_the_tail():
+    for bad in ("t1w8u1p2n", "t1w8u1p1r3n", "t1w8u1p1s4an", "t1w8u1xn", "t1w8u2p1k2s4n"):
+        with pytest.raises(ValueError, match="unguarded"):
+            GT.Tactic.parse(bad)
+    assert GT.Tactic.parse("t2w4u1p1no").tag == "t2w4u1p1no"
+    assert GT.Tactic.parse("t1w8u1p1k2s4n").stages * 2 * 8 == L.TAIL_SUPERS
+
 if SIM:
     LOW_BIT_CASES = [  # (bits, M, N, K, block, dtype, zp, tactic): both planes of 8-bit, both step halves of 2-bit
         (8, 1, 16, 64, 32, "float16", "none", "t1w1u1"),
@@ -400,7 +428,10 @@ def test_prepack_built_once(rng):
     p2 = R.prepack(w)
     assert p1 is p2
     codes = unpack_codes(w.host["B"], w.K, 4, 32)
-    back = L.unpack_codes_from_mma(to_host(p1.bq), w.N, p1.K_pad, 32)
+    words = to_host(p1.bq)
+    tail = L.tail_words("bq", 32)
+    assert not words[-tail:].any()  # the zero tail (``layout.TAIL_SUPERS``) after the last tile
+    back = L.unpack_codes_from_mma(words[:-tail], w.N, p1.K_pad, 32)
     np.testing.assert_array_equal(back[:, :w.K], codes)
 
 

@@ -27,7 +27,7 @@ def test_repack_matches_host_packer(bits, bs, N, K):
     w = _weights(N, K, bits, bs, seed=bits * 1000 + bs + N)
     _, _, _, K_pad = layout.geometry(K, bs, bits)
     codes = unpack_codes(np.asarray(w.host["B"]).reshape(N, w.k_blocks, -1), None, bits, bs)
-    want = layout.pack_weights(codes, K_pad, bs, bits)
+    want = layout.with_tail(layout.pack_weights(codes, K_pad, bs, bits), "bq", bs, bits)  # then the zero tail
     got = to_host(repack.repack(w, K_pad))
     assert got.dtype == np.uint32 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
@@ -59,7 +59,8 @@ def test_prepack_uses_the_device_repack(bits):
     w = _weights(N, K, bits, bs, seed=bits)
     pk = repack.prepack(w)
     codes = unpack_codes(np.asarray(w.host["B"]).reshape(N, w.k_blocks, -1), None, bits, bs)
-    np.testing.assert_array_equal(to_host(pk.bq), layout.pack_weights(codes, pk.K_pad, bs, bits))
+    np.testing.assert_array_equal(to_host(pk.bq), layout.with_tail(layout.pack_weights(codes, pk.K_pad, bs, bits), "bq",
+                                                                   bs, bits))
     assert repack.prepack(w) is pk  # built once
 
 

@@ -68,7 +68,7 @@ _UNSTABLE = "@@id@@"  # marks a fingerprint part that names an object by its add
 #: ``tests/test_kernel_cache.py`` checks this against a static scan of those imports.
 KERNEL_SOURCES = ("kernels", "launch", "dispatch", "arrays.py", "backend.py", "config.py", "formats.py",
                   "lowering_fix.py", "typing_memo.py", "dataflow_fix.py", "mlir_fix.py",
-                  "mlir_layout.py", "scratch.py", "lanes.py")
+                  "mlir_layout.py", "nvvm_prepass.py", "scratch.py", "lanes.py")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -306,7 +306,7 @@ class _KernelCache:
             fp += f";process={os.getpid()}"
         h = hashlib.sha256()
         for part in (_CACHE_FORMAT, _sources_fingerprint(), self.toolchain(), k.name, repr(k.argtypes),
-                     fingerprint(dict(k.options)), repr(k.snap), fp):
+                     fingerprint(dict(k.options)), repr(k.snap), backend.prepass_state(k.prepass), fp):
             h.update(part.encode() + b"\0")
         return h.hexdigest()
 

@@ -59,15 +59,17 @@ class Kernel:
     ``argtypes`` are numba types (arrays as ``types.float16[:, ::1]`` etc.; scalars as
     ``types.int64`` / ``types.float32``). ``options`` go to ``cuda.jit`` (GPU-only keywords are
     dropped under the simulator, whose ``jit`` rejects them). ``snap=(threads, slack)``: occupancy
-    snapping for blocks of ``threads`` threads (GPU only; ``occupancy.snap_target``, ``_snap``).
+    snapping for blocks of ``threads`` threads (GPU only; ``occupancy.snap_target``, ``_snap``). ``prepass``: the
+    NVVM pre-pass (``nvvm_prepass``) where it is installed (GPU only).
     """
 
     def __init__(self, pyfunc, argtypes: Sequence[Any], name: str | None = None, *,
-                 snap: tuple[int, int] | None = None, **options):
+                 snap: tuple[int, int] | None = None, prepass: bool = False, **options):
         self.pyfunc = pyfunc
         self.argtypes = tuple(argtypes)
         self.name = name or pyfunc.__name__
         self.options = options
+        self.prepass = bool(prepass)
         if snap is not None:
             threads, slack = (int(x) for x in snap)
             if threads < 1 or slack < 0 or "max_registers" in options:
@@ -101,7 +103,7 @@ class Kernel:
                         self._disp = cuda.jit(**opts)(self.pyfunc)
                     else:
                         disp, cufunc, image = backend.compile_kernel(self.pyfunc, self.argtypes, self.options,
-                                                                     _current_cc)
+                                                                     _current_cc, self.prepass)
                         if self.snap is not None:
                             disp, cufunc, image = self._snap(disp, cufunc, image)
                         if self._func is None:  # loads the module now, not at launch
@@ -127,7 +129,7 @@ class Kernel:
             self.snapped = f"{regs} registers, {blocks} blocks per SM: no step within {slack} registers"
             return disp, cufunc, image
         opts = dict(self.options, max_registers=target)
-        d2, c2, i2 = backend.compile_kernel(self.pyfunc, self.argtypes, opts, _current_cc)
+        d2, c2, i2 = backend.compile_kernel(self.pyfunc, self.argtypes, opts, _current_cc, self.prepass)
         regs2, local2, blocks2 = _resources(c2, i2, threads)
         if blocks2 > blocks and local2 <= local:
             self.snapped = f"{regs} -> {regs2} registers: {blocks} -> {blocks2} blocks per SM"

@@ -36,6 +36,10 @@ Padded activations (k >= K) are never loaded, so padded codes contribute nothing
   32-bit word per quantisation-block pair; ``zp`` uint8 in the same layout (packed zero points only;
   absent: the format's default zero point, a compile-time constant of the kernel).
 
+Each array ends with a tail of ``TAIL_SUPERS`` super-chunks of zeros after the last tile (``tail_words``), so a
+kernel whose prefetch loads run up to that many super-chunks past a tile's last one without a bounds test
+(``Tactic.unguarded``) stays inside the allocation; those stages are never computed.
+
 ``MMA_LAYOUTS`` holds, per bit width, what of this differs (``MmaLayout``); ``step_planes`` maps an
 MMA step to the registers that hold its codes.
 """
@@ -50,6 +54,8 @@ from ...formats import FORMATS, QuantFormat
 
 TILE_N = 16
 ROW_PAD = 32  # rows padded to a multiple of the largest TPW * 16
+#: super-chunks of zeros after the last tile of each packed array (module docstring)
+TAIL_SUPERS = 64
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,23 @@ def step_planes(bits: int, s: int):
     word = (4 // spw) * (c % spw) + q // spw
     shift = lay.plane_bits * (q % spw)
     return tuple(((lay.planes * c + p) // spw, word, shift, p) for p in range(lay.planes))
+
+
+def tail_words(array: str, block_size: int, bits: int = 4) -> int:
+    """Elements of the zero tail (``TAIL_SUPERS`` super-chunks of one tile) after ``array``: ``"bq"`` (uint32 words),
+    ``"scales"`` (16-bit) or ``"zp"`` (uint8)."""
+    ks = super_chunk(block_size, bits)
+    if array == "bq":
+        return TAIL_SUPERS * n_vectors(bits, ks) * 32 * 4
+    if array in ("scales", "zp"):
+        return TAIL_SUPERS * 16 * (ks // block_size)
+    raise ValueError(f"tail_words: array must be bq, scales or zp, got {array!r}")
+
+
+def with_tail(a: np.ndarray, array: str, block_size: int, bits: int = 4) -> np.ndarray:
+    """Flat ``a`` followed by its zero tail (``tail_words``)."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    return np.concatenate([a, np.zeros(tail_words(array, block_size, bits), a.dtype)])
 
 
 def super_chunk(block_size: int, bits: int = 4) -> int:

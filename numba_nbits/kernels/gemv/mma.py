@@ -105,7 +105,7 @@ def gemv_mma_kernel(act: str, MT: int, tac: Tactic, BS: int, ZP: str, bits: int 
     argtypes = (array_type("uint32"), array_type("uint32"), array_type(act), array_type("uint32"), array_type("uint8"),
                 array_type(act), array_type("float32"), array_type("int32"),
                 types.int64, types.int64, types.int64, types.int64)
-    return Kernel(fn, argtypes, name=name, fastmath=False, **register_options(tac))
+    return Kernel(fn, argtypes, name=name, fastmath=False, prepass=tac.prepass, **register_options(tac))
 
 
 #: occupancy snapping of the tactics without a register cap: registers a kernel may give up to reach the next

@@ -360,11 +360,18 @@ def gen_source(act: str, m_tiles: int, tac, block_size: int, zp_kind: str, bits:
 
     def load_stage(indent, p, base_expr, off=None):
         """Load one pipeline stage (``unroll`` super-chunks): weights; with prefetch >= 1 also scales (and zero
-        points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed).
+        points); with prefetch >= 2 also activations. Out-of-range super-chunks get zeros (never computed), or with
+        ``tac.unguarded`` are loaded from past the tile's last super-chunk (``layout.TAIL_SUPERS``).
         With the shared-memory ring: cp.async of the stage into the slot at byte offset ``off``, one commit."""
         names = []
         for u in range(unroll):
             e(indent, f"scl = {base_expr} + {u * split_warps}")
+            if tac.unguarded:  # past the last super-chunk: the next tile's bytes or the arrays' tail, never computed
+                zeros = emit_weight_loads(e, indent, p, f"{u}_", TPW, vectors, super_blocks, zp_kind, prefetch >= 1)
+                if l2pf:
+                    emit_l2_prefetch(e, indent, TPW, vectors, f"scl + {L2PF_AHEAD * split_warps * unroll}")
+                names.extend(suf for suf, _ in zeros)
+                continue
             e(indent, "if scl < n_super:")
             if ring is not None:
                 for i in range(TPW):

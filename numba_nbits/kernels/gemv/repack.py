@@ -35,7 +35,8 @@ from numba import cuda
 from ...arrays import device_empty, to_device
 from ...launch import Kernel
 from ...formats import unpack_codes, unpack_zero_points
-from .layout import MMA_LAYOUTS, ROW_PAD, TILE_N, Packed, _per_block_layout, geometry, pack_weights
+from .layout import (MMA_LAYOUTS, ROW_PAD, TILE_N, Packed, _per_block_layout, geometry, pack_weights, tail_words,
+                     with_tail)
 
 THREADS = 256
 MAX_BLOCKS = 132 * 32
@@ -143,11 +144,12 @@ def scale_layout_kernel() -> Kernel:
 def scale_layout(weights, kb_pad: int, ks: int):
     """The 16-bit scales of ``weights`` in ``_per_block_layout``'s order, laid out on the device from
     ``weights.scales`` by ``scale_layout_kernel`` on the legacy default stream (``repack`` then synchronises
-    it): no host relayout and upload per node."""
+    it): no host relayout and upload per node. The layout's zero tail (``layout.tail_words``) follows: entries past the
+    rows are zeros."""
     w = weights
     bps = ks // w.block_size
     n_pad = -(-w.N // ROW_PAD) * ROW_PAD
-    total = n_pad * kb_pad
+    total = n_pad * kb_pad + tail_words("scales", w.block_size, w.bits)
     out = device_empty((total,), np.uint16, w.simulated)
     src = w.scales.view(np.uint16, (w.N * w.k_blocks,))
     grid = max(1, min(MAX_BLOCKS, -(-total // THREADS)))
@@ -163,8 +165,8 @@ def _source_map_on_device(bits: int, block_size: int, simulated: bool, device_id
 
 
 def repack(weights, K_pad: int):
-    """``bq`` of ``weights`` (``layout.pack_weights`` of its codes, padded to ``K_pad``) as a device array,
-    built by the repack kernel from ``weights.b`` on the legacy default stream, which is then synchronised
+    """``bq`` of ``weights`` (``layout.pack_weights`` of its codes, padded to ``K_pad``, then the layout's zero tail:
+    words past the rows are zeros) as a device array, built by the repack kernel from ``weights.b`` on the legacy default stream, which is then synchronised
     (construction-time work, outside any capture, like the host path's synchronous copy)."""
     w = weights
     bits = w.bits
@@ -175,7 +177,7 @@ def repack(weights, K_pad: int):
     n_pad = -(-w.N // ROW_PAD) * ROW_PAD
     wpb = smap.size // fields
     nbk = K_pad // kb
-    total = (n_pad // TILE_N) * nbk * wpb
+    total = (n_pad // TILE_N) * nbk * wpb + tail_words("bq", w.block_size, bits)
     dmap = _source_map_on_device(bits, w.block_size, w.simulated, w.device_id)
     out = device_empty((total,), np.uint32, w.simulated)
     b = w.onnx_b().flat()
@@ -203,13 +205,14 @@ def _packed(weights, bq_of, on_device: bool = False) -> Packed:
     if sc_d is None:
         sc = np.asarray(weights.host["scales"]).reshape(N, weights.k_blocks)
         sc_bits = sc.view(np.uint16) if weights.dtype == "bfloat16" else sc.astype(np.float16)
-        sc_d = to_device(_per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype), weights.simulated)
+        sc_d = to_device(with_tail(_per_block_layout(sc_bits, N, kb_pad, ks, bs, sc_bits.dtype), "scales", bs, bits),
+                         weights.simulated)
     elif weights.dtype == "float16":
         sc_d = sc_d.view(np.float16, sc_d.shape)
     zp_l = None
     if weights.zp_kind == "packed":
         zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
-        zp_l = to_device(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), weights.simulated)
+        zp_l = to_device(with_tail(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), "zp", bs, bits), weights.simulated)
     n_pad = -(-N // ROW_PAD) * ROW_PAD
     return Packed(bq=bq, scales=sc_d, zp=zp_l, N_pad=n_pad, K_pad=K_pad, n_super=n_super)
 
@@ -227,7 +230,8 @@ def prepack_on_host(weights) -> Packed:
     def bq_of(K_pad):
         codes = unpack_codes(np.asarray(weights.host["B"]).reshape(weights.N, weights.k_blocks, -1), None,
                              weights.bits, weights.block_size)
-        return to_device(pack_weights(codes, K_pad, weights.block_size, weights.bits), weights.simulated)
+        return to_device(with_tail(pack_weights(codes, K_pad, weights.block_size, weights.bits), "bq",
+                                   weights.block_size, weights.bits), weights.simulated)
 
     return _packed(weights, bq_of)
 

@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .layout import BITS, MMA_LAYOUTS, TILE_N, n_vectors, super_chunk
+from .layout import BITS, MMA_LAYOUTS, TAIL_SUPERS, TILE_N, n_vectors, super_chunk
 from .mma_xa import applies as xa_applies
 from .tuned_tables import DEFAULT_GPU, device_gpu, tuned_table
 
@@ -126,6 +126,14 @@ class Tactic:
       releases the slot on its "empty" barrier after its MMAs (``mbarrier``, ``intrinsics_bulk``): no CTA-wide barrier in
       the loop, so the warpgroups run up to a super-chunk apart and one's MMAs overlap the other's decode (tag
       suffix ``m``; with ``pf = 1`` the pair's slots are released after its one wait).
+    * ``unguarded``: the register pipeline's prefetch loads (weights, scale words and zero points of the stages
+      ahead) without their bounds test (tag suffix ``n``): a stage past the warp's last super-chunk reads the next
+      tile's bytes or the packed arrays' tail (``layout.TAIL_SUPERS`` super-chunks of zeros after the last tile),
+      and is never computed. Without the branch the loads' addresses stay affine in the loop counter. Needs the
+      plain register pipeline (no ring kernel, ``smem`` or ``xa``), ``pf <= 1`` (activations are not padded) and
+      ``stages * unroll * warps * ksplit <= TAIL_SUPERS``.
+    * ``prepass``: the kernel's NVVM input goes through LLVM 7's ``-O1`` pipeline before libNVVM (``nvvm_prepass``;
+      tag suffix ``o``), where numba-cuda-mlir's ``libLLVM-7.so`` is installed (else it compiles without).
     """
 
     tpw: int = 1
@@ -142,6 +150,8 @@ class Tactic:
     wg: bool = False
     pa: bool = False
     mb: bool = False
+    unguarded: bool = False
+    prepass: bool = False
 
     def __post_init__(self):
         if (self.tpw < 1 or self.warps < 1 or self.unroll < 1 or self.pf not in (0, 1, 2) or self.ksplit < 1
@@ -164,6 +174,10 @@ class Tactic:
             raise ValueError(f"gemv_mma: the barrier pipeline (m) needs permuted activations (v): {self}")
         if self.wg and (not self.xa or self.warps % 4):
             raise ValueError(f"gemv_mma: warpgroup MMAs (h) need shared activations (x) and whole warpgroups: {self}")
+        if self.unguarded and (self.ring or self.smem or self.xa or self.pf > 1
+                               or self.stages * self.unroll * self.warps * self.ksplit > TAIL_SUPERS):
+            raise ValueError(f"gemv_mma: unguarded prefetch loads (n) need the register pipeline, pf <= 1 and "
+                             f"stages * unroll * warps * ksplit <= {TAIL_SUPERS}: {self}")
 
     @property
     def tag(self) -> str:
@@ -191,17 +205,21 @@ class Tactic:
             s += "v"
         if self.mb:
             s += "m"
+        if self.unguarded:
+            s += "n"
+        if self.prepass:
+            s += "o"
         return s
 
     @staticmethod
     def parse(tag: str) -> "Tactic":
         """Inverse of ``tag`` (e.g. ``"t2w8u1p1k2"``)."""
-        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?(m)?", tag)
+        m = re.fullmatch(r"t(\d+)w(\d+)u(\d+)(?:p(\d))?(?:k(\d+))?(?:s(\d))?(?:b(\d+))?(?:r(\d+))?(?:g(\d+))?(a)?(x)?(h)?(v)?(m)?(n)?(o)?", tag)
         if not m:
             raise ValueError(f"not a gemv_mma tactic tag: {tag!r}")
-        t, w, u, p, k, st, b, r, gr, a, x, h, v, mb = m.groups()
+        t, w, u, p, k, st, b, r, gr, a, x, h, v, mb, n, o = m.groups()
         return Tactic(int(t), int(w), int(u), int(p or 0), int(k or 1), int(st or 2), int(b or 0), int(r or 0),
-                      int(gr or 0), bool(a), bool(x), bool(h), bool(v), bool(mb))
+                      int(gr or 0), bool(a), bool(x), bool(h), bool(v), bool(mb), bool(n), bool(o))
 
 
 def m_tiles(M: int) -> int:
