@@ -15,9 +15,9 @@ T1="$(v t1w8u2p1 t1w8u1p1 t1w4u2p1 t1w4u1p1 t1w8u1 t1w8u2p1b4)t1w8u1p2,t1w8u1p2o
 T16="$(v t1w8u1p1 t1w4u1p1 t2w4u1p1 t2w4u1 t2w8u1 t1w8u1)"; T16=${T16%,}
 sw() {  # BACKEND M TAGS
   local b=$1 m=$2 pp=$PN; [ $b = mlir ] && pp=$PM
-  env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$b NUMBA_NBITS_KERNEL_CACHE_DIR=$(mktemp -d) timeout 125 python3 -m benchmarks.sweep_gemv_m1 \
-    --shapes 4096x4096,28672x8192 --ms $m --no-bf16 --tags $3 --budget-s 105 --gpu $GPU --workers 14 \
+  env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$b NUMBA_NBITS_KERNEL_CACHE_DIR=$(mktemp -d) timeout 115 python3 -m benchmarks.sweep_gemv_m1 \
+    --shapes 4096x4096,28672x8192 --ms $m --no-bf16 --tags $3 --budget-s 90 --gpu $GPU --workers 14 \
     --out /tmp/sw-$b-m$m > $OUT/sw-$b-m$m.log 2>&1
-  echo "sweep $b M=$m rc=$? $(date +%T)"; mkdir -p $OUT/sw-$b-m$m; cp /tmp/sw-$b-m$m/sweep_gemv_m1.csv $OUT/sw-$b-m$m/ 2>/dev/null
+  echo "sweep $b M=$m rc=$? $(date +%T)"; mkdir -p $OUT/sw-$b-m$m; cp /tmp/sw-$b-m$m/sweep_gemv_m1.csv /tmp/sw-$b-m$m/tuned_table.json $OUT/sw-$b-m$m/ 2>/dev/null
 }
 sw numba 1 $T1; sw mlir 1 $T1; sw numba 16 $T16; sw mlir 16 $T16
