@@ -166,7 +166,8 @@ def _source_map_on_device(bits: int, block_size: int, simulated: bool, device_id
 
 def repack(weights, K_pad: int):
     """``bq`` of ``weights`` (``layout.pack_weights`` of its codes, padded to ``K_pad``, then the layout's zero tail:
-    words past the rows are zeros) as a device array, built by the repack kernel from ``weights.b`` on the legacy default stream, which is then synchronised
+    words past the rows are zeros) as a device array, built by the repack kernel from ``weights.b`` on the legacy
+    default stream, which is then synchronised
     (construction-time work, outside any capture, like the host path's synchronous copy)."""
     w = weights
     bits = w.bits
@@ -212,7 +213,8 @@ def _packed(weights, bq_of, on_device: bool = False) -> Packed:
     zp_l = None
     if weights.zp_kind == "packed":
         zp = unpack_zero_points(np.asarray(weights.host["zero_points"]), weights.k_blocks, bits, N=N)
-        zp_l = to_device(with_tail(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), "zp", bs, bits), weights.simulated)
+        zp_l = to_device(with_tail(_per_block_layout(zp, N, kb_pad, ks, bs, np.uint8), "zp", bs, bits),
+                         weights.simulated)
     n_pad = -(-N // ROW_PAD) * ROW_PAD
     return Packed(bq=bq, scales=sc_d, zp=zp_l, N_pad=n_pad, K_pad=K_pad, n_super=n_super)
 
