@@ -1,7 +1,7 @@
 #!/bin/bash
-# device call A (carry .whl and .mlir/part0): numba-cuda's packages (numpy 2.4.6, nvmath-python) into /tmp/site, the
-# first half of numba-cuda-mlir's wheel kept; numba-cuda's GPU tests of the changed GEMV pieces; its variant sweeps
-mkdir -p /tmp/whl /tmp/mlirp && cp .whl/*.whl /tmp/whl/ && cp .mlir/part0 /tmp/mlirp/ || exit 1
+# device call A (carry .whl): numba-cuda's packages (numpy 2.4.6, nvmath-python) into /tmp/site (the wheels kept
+# in /tmp/whl); numba-cuda's GPU tests of the changed GEMV pieces; its variant sweeps
+mkdir -p /tmp/whl && cp .whl/*.whl /tmp/whl/ || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 source benchmarks/results/2026-12-07-gpu-nvvm-prepass/common.sh

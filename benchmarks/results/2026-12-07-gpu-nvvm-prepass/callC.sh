@@ -1,5 +1,5 @@
 #!/bin/bash
-# device call C (carry .mlir/part1, right after A): numba-cuda-mlir installed; its variant sweeps; all four sweeps fitted
+# device call C (carry .mlir/part1, right after B): numba-cuda-mlir installed; its variant sweeps; all four sweeps fitted
 # into the compilers' tables of this GPU (the device's copy of the tree, kept for call D); its GPU tests
 cp .mlir/part1 /tmp/mlirp/ && cat /tmp/mlirp/part0 /tmp/mlirp/part1 > /tmp/mlirp/numba_cuda_mlir-0.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_mlir /tmp/mlirp/numba_cuda_mlir-0.6.0-*.whl /tmp/whl/nvmath*.whl || exit 1
