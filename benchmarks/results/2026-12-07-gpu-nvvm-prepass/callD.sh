@@ -4,5 +4,5 @@
 source benchmarks/results/2026-12-07-gpu-nvvm-prepass/common.sh
 cp /tmp/tables/*.json numba_nbits/kernels/gemv/tuned/ && git diff --stat -- numba_nbits/kernels/gemv/tuned 2>/dev/null | tail -3
 export PYTHONPATH=$PWD
-timeout 400 python3 -m benchmarks.backend_compare --budget-s 100 --routes auto --path numba=/tmp/site:/tmp/site_mlir \
-  --path mlir=/tmp/site_mlir > $OUT/bc.log 2>&1; echo "bc rc=$?"; tail -14 $OUT/bc.log
+mkdir -p /tmp/bc; OUT=/tmp/bc timeout 400 python3 -m benchmarks.backend_compare --budget-s 100 --routes auto --path numba=/tmp/site:/tmp/site_mlir \
+  --path mlir=/tmp/site_mlir > $OUT/bc.log 2>&1; echo "bc rc=$?"; tail -14 $OUT/bc.log; cp /tmp/bc/routes.csv /tmp/bc/compile.csv $OUT/
