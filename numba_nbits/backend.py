@@ -34,9 +34,10 @@ through ``cuda.experimental.inline_ptx`` on numba-cuda-mlir.
 * ``rebind(pyfunc)``: a kernel written against numba-cuda's names made compilable by numba-cuda-mlir (its
   ``cuda`` module, device functions and dtype constants swapped for numba-cuda-mlir's), so kernel modules
   keep ``from numba import cuda``.
-* ``compile_kernel(pyfunc, argtypes, options, current_cc)`` and ``compile_ptx(pyfunc, argtypes, cc,
-  **options)``: one specialisation through the selected compiler (numba-cuda-mlir's cubin is loaded by
-  the launcher through the driver, numba-cuda's by numba).
+* ``compile_kernel(pyfunc, argtypes, options, current_cc, prepass)`` and ``compile_ptx(pyfunc, argtypes, cc,
+  prepass, **options)``: one specialisation through the selected compiler, with the NVVM pre-pass
+  (``nvvm_prepass``) when ``prepass`` (numba-cuda-mlir's cubin is loaded by the launcher through the driver,
+  numba-cuda's by numba).
 * ``version()``: ``"<name>-<package version>"``, part of the compiled-kernel cache key.
 
 sm_90a: numba-cuda targets the arch-specific ``sm_90a`` of an sm_90 device, numba-cuda-mlir plain
@@ -285,11 +286,13 @@ def _frontend(prepass: bool = False):
         yield
 
 
-def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc, prepass: bool = False):
+def compile_kernel(pyfunc, argtypes_: Sequence[Any], options: dict[str, Any], current_cc,
+                   prepass: bool = False):
     """Compile kernel ``pyfunc`` for ``argtypes_`` (numba-cuda types) with ``options`` (``prepass``: and the NVVM
-    pre-pass, ``nvvm_prepass``) for the current device: ``(dispatcher, loaded numba Function, None)`` on numba-cuda (the cubin stays in numba's code
-    library; numba asks the device itself), ``(dispatcher, None, (entry name, cubin))`` on numba-cuda-mlir
-    (for the compute capability ``current_cc()`` returns; loaded by the launcher)."""
+    pre-pass, ``nvvm_prepass``) for the current device: ``(dispatcher, loaded numba Function, None)`` on
+    numba-cuda (the cubin stays in numba's code library; numba asks the device itself), ``(dispatcher, None,
+    (entry name, cubin))`` on numba-cuda-mlir (for the compute capability ``current_cc()`` returns; loaded by the
+    launcher)."""
     c = cuda()
     sig = types().void(*argtypes(argtypes_))
     if compiler() == "mlir":

@@ -1,8 +1,11 @@
 """Registers, main-loop SASS instructions and late loads of GEMV kernels (fp16, 4-bit, K-full), no GPU:
     NUMBA_NBITS_BACKEND=numba|mlir python variants_sass.py OUT.json TAG,BLOCK,MTILES ...  (ptxas, nvdisasm on PATH)"""
-import json, sys
+import json
+import sys
+
 from benchmarks import ptx_stats
 from numba_nbits import backend
+
 out = []
 for spec in sys.argv[2:]:
     tag, bs, mt = spec.split(",")
