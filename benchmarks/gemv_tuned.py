@@ -56,12 +56,23 @@ def tuned_json(table: dict, bits: int, source: str, gpu: str | None = None) -> d
             "sources": {str(bits): source}, "tables": {str(bits): [[*k, v] for k, v in sorted(table.items())]}}
 
 
-def merge_tuned(base: dict, new: dict) -> dict:
-    """``base`` (a tuned-table file) with the bit widths of ``new`` (table and source) replaced or added."""
+def merge_tuned(base: dict, new: dict, keys_only: bool = False) -> dict:
+    """``base`` (a tuned-table file) with the bit widths of ``new`` (table and source) replaced or added; with
+    ``keys_only`` only ``new``'s rows replace or join ``base``'s rows of the same (N, K, block, m-class), the other
+    rows stay, and the source names both (``"<base's> + <new's>"``)."""
     for field in ("gpu", "kernel_version", "columns"):
         if base[field] != new[field]:
             raise ValueError(f"cannot merge tuned tables of different {field}: {base[field]!r} vs {new[field]!r}")
-    return {**base, "sources": {**base["sources"], **new["sources"]}, "tables": {**base["tables"], **new["tables"]}}
+    if not keys_only:
+        return {**base, "sources": {**base["sources"], **new["sources"]},
+                "tables": {**base["tables"], **new["tables"]}}
+    tables, sources = dict(base["tables"]), dict(base["sources"])
+    for bits, rows in new["tables"].items():
+        keyed = {tuple(r[:-1]): r for r in tables.get(bits, [])}
+        keyed.update({tuple(r[:-1]): r for r in rows})
+        tables[bits] = [keyed[k] for k in sorted(keyed)]
+        sources[bits] = " + ".join(x for x in (base["sources"].get(bits), new["sources"][bits]) if x)
+    return {**base, "sources": sources, "tables": tables}
 
 
 def dump_tuned(data: dict) -> str:

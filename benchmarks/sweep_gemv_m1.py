@@ -346,18 +346,22 @@ def measure_specs(specs_cases, tmp, tiny: bool, lock_path: str | None, log=print
 
 def write_tuned(rows, source: str, args, out_dir: str | None = None) -> str:
     """Fit ``rows`` (measured in ``source``), write ``out_dir/tuned_table[_w<bits>].json`` (``out_dir``
-    given) and merge it into ``--into`` (given); return the fitted file's text."""
+    given) and merge it into ``--into`` (its bit width's table replaced) and ``--into-keys`` (key by key), where
+    given; return the fitted file's text."""
     data = tuned_json(fit(rows, args.ksplit_margin), BITS, source_path(source), args.gpu)
     text = dump_tuned(data)
     if out_dir is not None:
         with open(os.path.join(out_dir, "tuned_table.json" if BITS == 4 else f"tuned_table_w{BITS}.json"), "w") as f:
             f.write(text)
-    if args.into:
-        if os.path.exists(args.into):
-            with open(args.into) as f:
-                data = merge_tuned(json.load(f), data)
-        with open(args.into, "w") as f:
-            f.write(dump_tuned(data))
+    for path, keys_only in ((args.into, False), (getattr(args, "into_keys", None), True)):
+        if not path:
+            continue
+        merged = data
+        if os.path.exists(path):
+            with open(path) as f:
+                merged = merge_tuned(json.load(f), data, keys_only)
+        with open(path, "w") as f:
+            f.write(dump_tuned(merged))
     return text
 
 
@@ -471,7 +475,10 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=None,
                     help="compile/measure processes (default: 1 with --tiny, else min(12, cores - 2))")
     ap.add_argument("--fit", metavar="JSON", help="print the tuned table fitted from a saved sweep and exit")
-    ap.add_argument("--into", metavar="FILE", help="also merge the fitted table into this tuned-table file")
+    ap.add_argument("--into", metavar="FILE", help="also merge the fitted table into this tuned-table file (it "
+                    "replaces the file's table of this bit width)")
+    ap.add_argument("--into-keys", metavar="FILE", help="also merge the fitted rows into this tuned-table file, key "
+                    "by key (a sweep of a few shapes or --tags: the file's other rows stay)")
     ap.add_argument("--gpu", help="the table's GPU (its file: tuned/<gpu>-v<KERNEL_VERSION>.json; default h200); the "
                     "'default' column is that GPU's current table")
     ap.add_argument("--list", action="store_true", help="print the specialisations and case counts and exit")

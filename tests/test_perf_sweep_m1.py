@@ -183,6 +183,24 @@ def test_tuned_file_format():
             S.merge_tuned(data, {**new, field: value})
 
 
+def test_merge_tuned_key_by_key():
+    """``--into-keys``: the fitted rows replace the file's rows of the same key (N, K, block, m-class) and join
+    where it has none; every other row and bit width stays (``--into`` would have replaced the bit width's table)."""
+    S = _sweep()
+    data = json.loads((TT.TUNED_DIR / f"{TT.DEFAULT_GPU}-v{TT.KERNEL_VERSION}.json").read_text())
+    old = {tuple(r[:-1]): r[-1] for r in data["tables"]["4"]}
+    key = next(iter(old))
+    new = S.tuned_json({key: "t1w2u1n", (7, 7, 32, 1): "t1w2u1o"}, 4, "benchmarks/results/y")
+    merged = S.merge_tuned(data, new, keys_only=True)
+    got = {tuple(r[:-1]): r[-1] for r in merged["tables"]["4"]}
+    assert got == {**old, key: "t1w2u1n", (7, 7, 32, 1): "t1w2u1o"}
+    assert [r[:-1] for r in merged["tables"]["4"]] == sorted(r[:-1] for r in merged["tables"]["4"])
+    assert merged["sources"]["4"] == data["sources"]["4"] + " + benchmarks/results/y"
+    assert {b: t for b, t in merged["tables"].items() if b != "4"} == {b: t for b, t in data["tables"].items()
+                                                                          if b != "4"}
+    assert S.merge_tuned(data, new)["tables"]["4"] == new["tables"]["4"]  # replacing: the swept rows only
+
+
 def test_tuned_tactic_nearest_and_fallback(monkeypatch):
     table = {(4096, 4096, 32, 1): "t1w4u1p2k4", (28672, 8192, 32, 1): "t2w8u1p1", (28672, 8192, 128, 16): "t2w4u1"}
     tt = lambda *a: G.tuned_tactic(*a, table=table)  # noqa: E731
