@@ -124,7 +124,7 @@ def _snapping(monkeypatch, builds, **kernel_options):
     drv = _Driver(builds)
     compiled = []
 
-    def compile_kernel(pyfunc, argtypes, options, current_cc):
+    def compile_kernel(pyfunc, argtypes, options, current_cc, prepass=False):
         compiled.append(options.get("max_registers"))
         cap = options.get("max_registers")
         return f"disp-{cap}", None, ("_Z4kern", f"cubin-{cap}".encode())
