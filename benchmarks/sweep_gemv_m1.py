@@ -138,7 +138,36 @@ def _cases(tiny: bool):
 TAGS = None
 
 
+#: ``--variants``: every candidate also with unguarded prefetch (``n``), the NVVM pre-pass (``o``) and both, where
+#: the tactic allows them (``Tactic``)
+VARIANTS = False
+
+
+def with_variants(tags) -> list:
+    """``tags`` and, after each, its ``n`` / ``o`` / ``no`` forms that are valid tactics."""
+    from numba_nbits.kernels.gemv.tactics import Tactic
+
+    out = []
+    for tag in tags:
+        out.append(tag)
+        base = Tactic.parse(tag)
+        for flags in ({"unguarded": True}, {"prepass": True}, {"unguarded": True, "prepass": True}):
+            try:
+                t = Tactic(**{**base.__dict__, **flags}).tag
+            except ValueError:
+                continue
+            if t not in out:
+                out.append(t)
+    return out
+
+
 def _candidates(dtype: str, M: int, bs: int, tiny: bool):
+    if VARIANTS:
+        return with_variants(_base_candidates(dtype, M, bs, tiny))
+    return _base_candidates(dtype, M, bs, tiny)
+
+
+def _base_candidates(dtype: str, M: int, bs: int, tiny: bool):
     if TAGS is not None:
         return TAGS
     if tiny:
@@ -426,7 +455,8 @@ def _subset(text, allowed, parse, what):
 def restrict(args):
     """Narrow the run's cases (module globals) to ``--shapes`` / ``--ms`` / ``--blocks`` / ``--no-bf16``; ``--tags``
     replaces the candidates (each checked by ``Tactic.parse``)."""
-    global SHAPES, MS, BLOCKS, BF16_SHAPES, BF16_MS, TAGS
+    global SHAPES, MS, BLOCKS, BF16_SHAPES, BF16_MS, TAGS, VARIANTS
+    VARIANTS = bool(getattr(args, "variants", False))
     if getattr(args, "tags", None):
         from numba_nbits.kernels.gemv.tactics import Tactic
 
@@ -493,6 +523,8 @@ def main(argv=None):
     ap.add_argument("--no-bf16", action="store_true", help="leave out the bf16 cases")
     ap.add_argument("--tags", help="comma-separated tactic tags that replace every case's candidates (the table's "
                     "default is kept), e.g. t1w8u1p1,t1w8u1p1n,t1w8u1p1o")
+    ap.add_argument("--variants", action="store_true", help="each candidate also with unguarded prefetch (n), the "
+                    "NVVM pre-pass (o) and both, where the tactic allows them")
     ap.add_argument("--worker-specs", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)

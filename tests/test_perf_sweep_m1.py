@@ -244,3 +244,12 @@ def test_sweep_narrows_to_the_named_shapes_ms_and_blocks(monkeypatch):
     monkeypatch.setattr(S, "BITS", 8)
     S.restrict(argparse.Namespace(shapes=None, ms="4", blocks=None, no_bf16=False))
     assert {c[4] for c in S._cases(False)} == {4}
+
+
+def test_variants_add_the_valid_n_and_o_forms():
+    """``--variants``: after each candidate its unguarded-prefetch (``n``), pre-pass (``o``) and combined forms, those
+    the tactic allows only (``p2`` prefetches activations and the ring kernel has no register pipeline: no ``n``)."""
+    S = _sweep()
+    assert S.with_variants(["t1w8u1p1", "t1w8u1p2", "t1w8u1p1r3"]) == [
+        "t1w8u1p1", "t1w8u1p1n", "t1w8u1p1o", "t1w8u1p1no", "t1w8u1p2", "t1w8u1p2o", "t1w8u1p1r3", "t1w8u1p1r3o"]
+    assert S.with_variants(["t1w8u1p1o"]) == ["t1w8u1p1o", "t1w8u1p1no"]
