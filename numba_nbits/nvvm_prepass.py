@@ -12,7 +12,7 @@ The pipeline is LLVM 7's C API in the ``libLLVM-7.so`` numba-cuda-mlir ships (th
 found with ``importlib.util.find_spec``, the package is not imported). Where it is not installed, ``available()`` is
 False and kernels compile without the pre-pass (the same results, the compiler's code).
 
-``active(level)`` (entered by ``backend`` around one compile of a kernel whose tactic asks for it) makes the compilers'
+``active(on)`` (entered by ``backend`` around one compile of a kernel whose tactic asks for it) makes the compilers'
 NVVM step run the pipeline first, in this thread only:
 
 * numba-cuda: ``nvvm.compile_ir``'s first module (the kernel's; the others are numba-cuda's helpers, libdevice is
@@ -29,13 +29,13 @@ replacements call the originals unchanged, so a user's own kernels are not touch
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.util
-import inspect
 import os
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
+
+from .lowering_fix import source_sha256
 
 #: sha256 of ``inspect.getsource`` of the functions replaced (numba-cuda 0.30.4, numba-cuda-mlir 0.6.0)
 KNOWN_SOURCE_SHA256 = {
@@ -179,12 +179,7 @@ def active(on: bool = True):
 
 
 def _source_ok(key: str, fn) -> bool:
-    want = KNOWN_SOURCE_SHA256[key]
-    try:
-        got = hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
-    except (OSError, TypeError):
-        return False
-    return got == want
+    return source_sha256(fn) == KNOWN_SOURCE_SHA256[key]
 
 
 def install(compiler: str) -> str:
@@ -194,10 +189,6 @@ def install(compiler: str) -> str:
         if compiler not in _installed:
             _installed[compiler] = _install(compiler)
         return _installed[compiler]
-
-
-def installed(compiler: str) -> bool:
-    return _installed.get(compiler) == "installed"
 
 
 def _install(compiler: str) -> str:
