@@ -194,6 +194,10 @@ def test_fused_gemm_past_64_takes_the_warpgroup_kernel_where_measured_faster(N, 
     for block in (32, 64, 128):
         t = tactics.wide_tactic(P(M=M, N=N, K=K, block_size=block))
         assert (t.tag if t else None) == tag, block
+        # numba-cuda-mlir's kernels of the barrier pipeline take the LLVM 7 pre-pass (``WIDE_PREPASS_COMPILERS``)
+        tm = tactics.wide_tactic(P(M=M, N=N, K=K, block_size=block), compiler="mlir")
+        assert (tm.tag if tm else None) == (tag + "o" if tag == "t1w8u1xhvm" else tag), block
+        assert tactics.wide_tactic(P(M=M, N=N, K=K, block_size=block), compiler="numba") == t
     p = P(M=M, N=N, K=K, block_size=128)
     ort = "dequant_cublas_chunked" if N == 128256 else "dequant_cublas"
     # past the fused kernels: the overlapped chain where its size rule holds (N >= 2048 here)

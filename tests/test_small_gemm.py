@@ -164,6 +164,10 @@ def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, b
     op = nb.MatMulNBits(B, s, None, None, b, K=K, N=N, bits=bits, block_size=block)
     Y = np.asarray(op(A)).astype(np.float64)
     plan = op._entries[M].plan
+    from numba_nbits.backend import compiler
+
+    if bits == 4 and M > 64 and tag == "t1w8u1xhvm" and compiler() in tactics.WIDE_PREPASS_COMPILERS:
+        tag += "o"  # the barrier pipeline past M = 64 with the LLVM 7 pre-pass under these compilers
     assert op.explain(M).name == "fused_gemm" and plan.tactic.tag == tag
     ref = matmul_nbits_ref(A, B, s, bias=b, K=K, N=N, bits=bits, block_size=block)
     assert relative_error(Y, ref) <= TOL[dtype]
