@@ -8,7 +8,7 @@ source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh
 echo "gpu=$GPU $(date +%T)"
 for b in numba mlir; do
   pp=$PN; [ $b = mlir ] && pp=$PM
-  env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$b timeout 100 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_small_gemm.py \
+  env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$b timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_small_gemm.py \
     tests/test_dispatch.py -k "warpgroup_mmas_on_hopper or past_64" > $OUT/tests-$b.txt 2>&1
   echo "tests $b rc=$? $(tail -1 $OUT/tests-$b.txt) $(date +%T)"
 done
