@@ -21,11 +21,11 @@ can run with the packages it needs in one run (numba-cuda 0.30 compiles only wit
 runs with numpy 2.5: ``--path numba=/tmp/np24``).
 
 The parent joins the workers' rows and writes under ``$OUT`` (else ``benchmarks/results/<date>-backend-
-compare/``): ``routes.csv`` (one row per case and route: ``us``, ``host_us``, ``correct`` of each backend
-and ``us_ratio`` = mlir / numba), ``compile.csv`` (backend, kernel, seconds), ``launch.csv`` (backend,
-host us per launch), each worker's perf directory under ``perf-<backend>/``, and prints a summary:
-the median and worst ``us_ratio`` (the issue's bar: numba-cuda-mlir within 2% of numba-cuda or faster),
-compile seconds per backend, host time per launch. Needs a GPU; under numba-cuda-mlir the wheel
+compare/``): ``routes.csv`` (one row per case and route: ``us``, ``host_us``, ``correct`` of each backend and
+``us_ratio`` = mlir / numba, in either order of ``--backends``), ``compile.csv`` (backend, kernel, seconds),
+``launch.csv`` (backend, host us per launch), each worker's perf directory under ``perf-<backend>/``, and
+prints a summary: the median and worst ``us_ratio`` (the issue's bar: numba-cuda-mlir within 2% of numba-cuda
+or faster), compile seconds per backend, host time per launch. Needs a GPU; under numba-cuda-mlir the wheel
 ``numba-cuda-mlir`` (``pip install -e ".[mlir]"``).
 """
 from __future__ import annotations
@@ -134,6 +134,8 @@ def compare(out: Path, names: list[str]) -> None:
         for n in names:
             w.writerow([n, workers[n]["version"], f"{workers[n]['launch_host_us']:.3f}"])
     keys = sorted(set.union(*(set(p) for p in perf.values())))
+    # the ratio's numerator and denominator: numba-cuda-mlir over numba-cuda whichever ran first, else second / first
+    over = ["numba", "mlir"] if sorted(names) == ["mlir", "numba"] else list(names)
     ratios = []
     with open(out / "routes.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -146,7 +148,7 @@ def compare(out: Path, names: list[str]) -> None:
                 vals += [r.get("us", ""), r.get("host_us", ""), r.get("correct", "")]
             ratio = float("nan")
             if len(names) == 2:
-                a, b = (_float(perf[n].get(k, {}).get("us")) for n in names)
+                a, b = (_float(perf[n].get(k, {}).get("us")) for n in over)
                 ratio = b / a if a > 0 else float("nan")
                 if ratio == ratio:
                     ratios.append(ratio)
@@ -157,7 +159,7 @@ def compare(out: Path, names: list[str]) -> None:
               f"{statistics.median(secs) if secs else float('nan'):.2f} s; {workers[n]['launch_host_us']:.2f} us "
               f"host per launch")
     if ratios:
-        print(f"kernel time {names[1]} / {names[0]} over {len(ratios)} case-routes: median "
+        print(f"kernel time {over[1]} / {over[0]} over {len(ratios)} case-routes: median "
               f"{statistics.median(ratios):.4f}, worst {max(ratios):.4f} (bar: <= 1.02)")
 
 

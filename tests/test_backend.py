@@ -335,7 +335,14 @@ def test_backend_compare_joins_the_workers_rows(tmp_path, capsys):
     assert rows[0]["us_numba"] == "10.0" and rows[0]["us_mlir"] == "10.1" and rows[0]["us_ratio"] == "1.0100"
     assert len(list(csv.DictReader(open(tmp_path / "compile.csv")))) == 4
     assert [r["backend"] for r in csv.DictReader(open(tmp_path / "launch.csv"))] == ["numba", "mlir"]
-    assert "median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
+    assert "mlir / numba over 1 case-routes: median 1.0100, worst 1.0100 (bar: <= 1.02)" in capsys.readouterr().out
+    # the workers' order (``--backends mlir,numba``) changes the columns' order, not the ratio
+    bc.compare(tmp_path, ["mlir", "numba"])
+    rows = list(csv.DictReader(open(tmp_path / "routes.csv")))
+    assert list(rows[0])[-7:] == ["us_mlir", "host_us_mlir", "correct_mlir", "us_numba", "host_us_numba",
+                                  "correct_numba", "us_ratio"]
+    assert rows[0]["us_ratio"] == "1.0100"
+    assert "mlir / numba over 1 case-routes: median 1.0100, worst 1.0100" in capsys.readouterr().out
 
 
 def test_backend_compare_passes_routes_to_the_perf_run(tmp_path):

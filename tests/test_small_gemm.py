@@ -139,10 +139,10 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
 @pytest.mark.parametrize("N, K, M, tag, dtype, bits, block", [(*case, 4, 128) for case in [
     (24576, 1024, 60, "t2w8u1s3xhv", "float16"), (24576, 1024, 30, "t2w8u1s3b2xhv", "bfloat16"),
     # past M = 64 (``tactics.wide_tactic``): 12 / 16 m-tiles
-    (24576, 1024, 96, "t1w8u1xhvm", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
-    (12288, 1024, 70, "t1w8u1xhvm", "float16"), (24576, 1024, 112, "t1w8u1xhvm", "float16"),
-    (24576, 1024, 128, "t1w8u1xhvm", "bfloat16"), (24576, 1024, 200, "t1w8u1xhvm", "float16"),
-    (16384, 2048, 256, "t1w8u1xhvm", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
+    (24576, 1024, 96, "t1w8u1xhvmo", "bfloat16"), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16"),
+    (12288, 1024, 70, "t1w8u1xhvmo", "float16"), (24576, 1024, 112, "t1w8u1xhvmo", "float16"),
+    (24576, 1024, 128, "t1w8u1xhvmo", "bfloat16"), (24576, 1024, 200, "t1w8u1xhvmo", "float16"),
+    (16384, 2048, 256, "t1w8u1xhvmo", "bfloat16"), (4096, 12288, 80, "t1w8u1k4s3xhv", "float16"),
     (16384, 1024, 64, "t1w8u1s3xhvm", "float16"),  # 8 m-tiles on 12288..24575 rows: the barrier pipeline
 ]] + [  # 8-bit (``tactics.WG8_BITS``): the barrier pipeline at 4 / 8 / 12 / 16 m-tiles on N >= 24576 rows
     (24576, 1024, 32, "t1w8u1xhvm", "float16", 8, 128), (24576, 1024, 64, "t1w8u1xhvm", "bfloat16", 8, 128),
@@ -151,8 +151,8 @@ def test_default_tactic_takes_warpgroup_mmas_on_hopper_where_fitted(N, K, block,
     # but the mma.sync ``t2w4u1s4x`` at 4 m-tiles below ``WG_MINB_N`` rows (``WG_MT4_BLOCKS``)
     (24576, 1024, 60, "t2w8u1s3xhv", "float16", 32), (65536, 1024, 30, "t2w8u1s3b2xhv", "bfloat16", 64),
     (24576, 1024, 30, "t2w4u1s4x", "float16", 32),
-    (24576, 1024, 96, "t1w8u1xhvm", "bfloat16", 32), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16", 64),
-    (16384, 2048, 256, "t1w8u1xhvm", "float16", 32), (4096, 12288, 80, "t1w8u1k4s3xhv", "bfloat16", 32),
+    (24576, 1024, 96, "t1w8u1xhvmo", "bfloat16", 32), (8192, 2048, 128, "t2w8u1k4s3xhv", "float16", 64),
+    (16384, 2048, 256, "t1w8u1xhvmo", "float16", 32), (4096, 12288, 80, "t1w8u1k4s3xhv", "bfloat16", 32),
     (16384, 1024, 64, "t1w8u1s3xhvm", "float16", 64),
 ]])
 def test_default_call_takes_warpgroup_mmas_on_hopper(rng, N, K, M, tag, dtype, bits, block):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .layout import BITS, MMA_LAYOUTS, TAIL_SUPERS, TILE_N, n_vectors, super_chunk
 from .mma_xa import applies as xa_applies
@@ -331,6 +331,13 @@ WG8_BLOCKS = (128,)
 WG8_MAX_M_TILES = 16
 #: ``t1w8u1xhvm``: 128 rows per CTA, warpgroup MMAs, activations permuted per call, the 2-slot barrier pipeline
 MB_TACTIC = Tactic(1, 8, 1, xa=True, wg=True, pa=True, mb=True)
+#: ``MB_TACTIC`` with the LLVM 7 pre-pass (``Tactic.prepass``): 4-bit weights' tactic past M = 64 on N >=
+#: ``XA_NOSPLIT_N``. Its main loop at 32 m-tiles (cu13 ptxas, sm_90a), block 32 / 128: numba-cuda 209 -> 198 / 284 ->
+#: 281 SASS instructions, numba-cuda-mlir 225 -> 208 / 301 -> 290; on an H100 at M = 256 (each compiler's A/B in one
+#: process, ``benchmarks/results/2026-12-07-gpu-wide-prepass``) 128256x4096 / 28672x8192: block 32 527.9 -> 526.0 /
+#: 252.1 -> 251.1 us, block 128 415.9 -> 407.4 / 201.1 -> 196.7 under numba-cuda; 545.8 -> 531.5 / 257.8 -> 252.3 and
+#: 424.0 -> 413.8 / 202.1 -> 197.6 under numba-cuda-mlir
+MB_PREPASS_TACTIC = replace(MB_TACTIC, prepass=True)
 WG_MIN_N = 24576
 WG_MINB_N = 65536
 
@@ -407,19 +414,19 @@ def _wide_ok(p) -> bool:
 
 
 def wide_tactic(problem) -> Tactic | None:
-    """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256),
-    or None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
+    """The warpgroup-MMA tactic that serves M = 65..256 (12 / 16 / 24 / 32 m-tiles: wgmma n = 96 / 128 / 192 / 256), or
+    None. Past M = 64 the ``fused_gemm`` route takes a problem only where this names a kernel, i.e. where one was
     measured faster than ORT's chain (dequantize + cuBLAS), which keeps the rest. It needs an sm_90 device
     (``problem.sm``), 4-bit weights of blocks ``WG_BLOCKS`` or 8-bit of ``WG8_BLOCKS`` (``WG_BITS``, ``WG8_BITS``),
     fp16/bf16 A, zero points none/packed, K a multiple of the super-chunk, and ``M * K / 2 < 2**32`` (``GemvMmaPlan``);
     then, with activations permuted per call (``pa``):
 
-    * N >= ``XA_NOSPLIT_N``: ``t1w8u1xhvm`` (128 rows per CTA, the barrier pipeline ``Tactic.mb`` with 2 slots: 84 KB of
-      shared memory at 16 m-tiles, two CTAs per SM; one at 32). Against the previous ``t1w8u1s3xhv`` in the same run
-      (H200 2026-12-05, run 5 of ``benchmarks/results/2026-12-05-h200-next-all``), M = 128 / 256: 111.8 / 200.6 us
-      against 146.1 / 246.9 (28672x8192), 220.4 / 409.5 against 291.7 / 493.9 (128256x4096), 37.7 / 57.4 against
-      42.9 / 70.7 (14336x4096); in run 1 the 3-slot form ``t1w8u1s3xhvm`` was within 3% of it except at M = 128 on
-      28672x8192 (124.9 against 113.1);
+    * N >= ``XA_NOSPLIT_N``: ``t1w8u1xhvmo`` (``MB_PREPASS_TACTIC``: the pre-pass, ``o``; 128 rows per
+      CTA, the barrier pipeline ``Tactic.mb`` with 2 slots: 84 KB of shared memory at 16 m-tiles, two CTAs per SM; one
+      at 32). Against the previous ``t1w8u1s3xhv`` in the same run (H200 2026-12-05, run 5 of
+      ``benchmarks/results/2026-12-05-h200-next-all``), M = 128 / 256: 111.8 / 200.6 us against 146.1 / 246.9
+      (28672x8192), 220.4 / 409.5 against 291.7 / 493.9 (128256x4096), 37.7 / 57.4 against 42.9 / 70.7 (14336x4096); in
+      run 1 the 3-slot form ``t1w8u1s3xhvm`` was within 3% of it except at M = 128 on 28672x8192 (124.9 against 113.1);
     * ``XA_MIN_N <= N < XA_NOSPLIT_N``, to 16 m-tiles: ``t2w8u1k4s3xhv`` (K split 4 ways);
     * ``WG_DOWN_MIN_N <= N < XA_MIN_N`` with K >= ``WG_DOWN_MIN_K`` (down projections), 12 m-tiles: ``t1w8u1k4s3xhv``;
     * else None.
@@ -443,7 +450,7 @@ def wide_tactic(problem) -> Tactic | None:
     if p.bits in WG8_BITS:
         return MB_TACTIC if (p.N >= WG_MIN_N and mt <= WG8_MAX_M_TILES) else None
     if p.N >= XA_NOSPLIT_N:
-        return MB_TACTIC
+        return MB_PREPASS_TACTIC
     if p.N >= XA_MIN_N and mt <= WG_M_TILES_BEYOND[1]:
         return Tactic(2, 8, 1, ksplit=XA_KSPLIT, stages=3, xa=True, wg=True, pa=True)
     if p.N >= WG_DOWN_MIN_N and p.K >= WG_DOWN_MIN_K and mt == WG_M_TILES_BEYOND[0]:
