@@ -2,11 +2,11 @@
 # device call D2 (carry .mlir/part1, right after A and B): numba-cuda-mlir installed; the perf harness's GPU time per
 # node (one quick case each) on the three keys where numba-cuda-mlir stayed > 2% slower (backend_compare of call C2):
 # numba-cuda's table pick first, then numba-cuda-mlir's candidates (its pick, plain / n / o / no forms) forced one at a
-# time into its H100 table (force_tactic.py); the table with each key's fastest is copied out
+# time into its table of this GPU (force_tactic.py); the table with each key's fastest is copied out
 cp .mlir/part1 /tmp/mlirp/ && cat /tmp/mlirp/part0 /tmp/mlirp/part1 > /tmp/mlirp/numba_cuda_mlir-0.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_mlir /tmp/mlirp/numba_cuda_mlir-0.6.0-*.whl /tmp/whl/nvmath*.whl || exit 1
-D=benchmarks/results/2026-12-07-gpu-wide-prepass; TB=numba_nbits/kernels/gemv/tuned/h100-v2-mlir.json
-source $D/common.sh; echo "gpu=$GPU $(date +%T)"
+D=benchmarks/results/2026-12-07-gpu-wide-prepass
+source $D/common.sh; echo "gpu=$GPU $(date +%T)"; TB=numba_nbits/kernels/gemv/tuned/$GPU-v2-mlir.json
 perf() {  # BACKEND SHAPE BLOCK M TAG: one quick case, the default route's GPU time per node (us) of the correct row
   local pp=$PN; [ $1 = mlir ] && pp=$PM; local O=/tmp/pk_$1_$2_b$3_m$4_$5
   env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$1 timeout 45 python3 -m numba_nbits.perf --shapes $2 --M $4 --block-sizes $3 \
