@@ -1,7 +1,7 @@
 #!/bin/bash
 # device call D2 (carry .mlir/part1, right after A and B): numba-cuda-mlir installed; the perf harness's GPU time per
 # node (one quick case each) on the three keys where numba-cuda-mlir stayed > 2% slower (backend_compare of call C2):
-# numba-cuda's table pick first, then numba-cuda-mlir's candidates (its pick, plain / n / o / no forms) forced one at a
+# numba-cuda's table pick first, then numba-cuda-mlir's candidates (its pick first, then n / o forms and numba-cuda's pick) forced one at a
 # time into its table of this GPU (force_tactic.py); the table with each key's fastest is copied out
 cp .mlir/part1 /tmp/mlirp/ && cat /tmp/mlirp/part0 /tmp/mlirp/part1 > /tmp/mlirp/numba_cuda_mlir-0.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_mlir /tmp/mlirp/numba_cuda_mlir-0.6.0-*.whl /tmp/whl/nvmath*.whl || exit 1
@@ -23,7 +23,7 @@ pick() {  # N K B M SHAPE CANDIDATES...
   done
   python3 $D/force_tactic.py $TB $N $K $B $M $best
 }
-pick 4096 4096 32 1 l3-8b-attn t1w8u2p1b4no t1w8u2p1b4 t1w8u2p1 t1w8u2p1n t1w8u2p1o
-pick 28672 8192 32 1 l3-70b-up t1w8u1p2 t1w4u2p1 t1w4u2p1n t1w4u2p1no t1w8u1p2o
-pick 28672 8192 128 16 l3-70b-up t2w4u1p1n t2w4u1p1 t2w4u1p1o t2w4u1p1no t2w4u1n
+pick 4096 4096 32 1 l3-8b-attn t1w8u2p1b4no t1w8u2p1 t1w8u2p1n t1w8u2p1b4
+pick 28672 8192 32 1 l3-70b-up t1w8u1p2 t1w4u2p1n
+pick 28672 8192 128 16 l3-70b-up t2w4u1p1n t2w4u1p1o
 cp $TB $OUT/; date +%T
