@@ -2,9 +2,8 @@
 # device call C (carry .mlir/part1, right after B): numba-cuda-mlir installed; the warpgroup GEMM's barrier pipeline
 # plain (t1w8u1xhvm) and with the LLVM 7 pre-pass (t1w8u1xhvmo) at M = 256 under each compiler, same process per
 # compiler (bench_small_gemm: default call, ORT's chain, each tactic); the changed GPU tests under numba-cuda-mlir
-cp .mlir/part1 /tmp/mlirp/ && cat /tmp/mlirp/part0 /tmp/mlirp/part1 > /tmp/mlirp/numba_cuda_mlir-0.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_mlir /tmp/mlirp/numba_cuda_mlir-0.6.0-*.whl /tmp/whl/nvmath*.whl || exit 1
 source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh
+install_mlir || exit 1
 echo "gpu=$GPU $(date +%T)"
 for b in numba mlir; do
   pp=$PN; [ $b = mlir ] && pp=$PM
