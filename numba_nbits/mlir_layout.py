@@ -1,4 +1,5 @@
-"""numba-cuda-mlir's C-contiguous arrays with a static innermost stride inside our compiles.
+"""numba-cuda-mlir's arrays inside our compiles: C-contiguous ones with a static innermost stride, kernel arguments at
+offset 0.
 
 numba-cuda-mlir 0.6.0 gives every array argument an MLIR memref whose strides are all dynamic, whatever its numba
 layout (``models.ArrayModel``: ``StridedLayoutAttr(offset=?, strides=[?] * ndim)``): ``w[i]`` on a ``uint32[::1]`` is
@@ -14,11 +15,26 @@ promises; the offset and the outer strides stay dynamic. The kernel's parameters
 stride is passed and no longer read. Arrays of records and character sequences (byte memrefs) and ``A`` / ``F``
 arrays are left as numba-cuda-mlir makes them.
 
+Offsets. A memref descriptor also carries an element offset, and numba-cuda-mlir adds it to every address it forms
+(``lowering_utilities.memref_data_pointer``: ``aligned + offset * itemsize``; ``w[i]`` likewise), where numba-cuda's
+array has none. Our kernels are launched only by ``launch.kernel``, whose parameters (``backend.array_params``) always
+pass offset 0 with ``aligned`` the array's first element. So inside ``active()`` each kernel's (``gpu.func``
+``kernel``) memref arguments are re-based before numba-cuda-mlir's pass pipeline (``mlir_optimization.optimize``):
+the argument is replaced by ``memref.reinterpret_cast`` of its own base buffer (``memref.extract_strided_metadata``)
+at offset 0, same sizes, strides and type, so the offset parameter is never read and every address is ``aligned +
+i * itemsize``, as numba-cuda's. Views made inside a kernel (``x[3:]``) keep their own offsets, computed from the
+re-based argument. In the tensor-core GEMV that offset was one more 64-bit add per activation load and two more
+live 64-bit values, enough for ptxas to issue one of a stage's activation loads after the first MMA pair
+(``benchmarks/results/2026-12-07-h200-mlir``). Device functions keep their memref parameters as they are (a caller
+may pass them a view); once inlined into a kernel they see its re-based arguments.
+
 numba-cuda-mlir keeps one data-model cache for every compile, so ``active()`` holds its compiler lock and empties that
 cache as the outermost block is entered and left: a model made inside is never handed to a compile outside (a
-user's own kernels compile as shipped) and the reverse. Only the exact ``ArrayModel.__init__`` this module was
-written against is replaced (its source hash); any other version is left as it is. ``tests/test_mlir_layout.py``
-checks the PTX: the innermost stride parameters are not read inside, and are read outside and after.
+user's own kernels compile as shipped) and the reverse. Only the exact ``ArrayModel.__init__`` and
+``mlir_optimization.optimize`` this module was written against are replaced (their source hashes); with any other
+version both are left as they are. ``tests/test_mlir_layout.py`` checks the PTX: inside, the innermost stride and
+offset parameters are not read and a view made in the kernel still adds its start; outside, before and after, they
+are read.
 """
 from __future__ import annotations
 
@@ -27,8 +43,9 @@ from contextlib import contextmanager
 
 from . import mlir_fix
 
-#: sha256 of ``inspect.getsource(models.ArrayModel.__init__)`` in numba-cuda-mlir 0.6.0
-KNOWN_SOURCE_SHA256 = {"models.ArrayModel.__init__": "ee0dd7f6351441fef75aec02083ef5b980bf52cc9ea2d3d3820780e5f61a60d5"}
+#: sha256 of ``inspect.getsource`` of the replaced functions in numba-cuda-mlir 0.6.0
+KNOWN_SOURCE_SHA256 = {"models.ArrayModel.__init__": "ee0dd7f6351441fef75aec02083ef5b980bf52cc9ea2d3d3820780e5f61a60d5",
+                       "mlir_optimization.optimize": "e2857645e36a45d13c331220ebf3d484837a028d094a097c6b610c2a6675065a"}
 
 _LOCK = threading.Lock()
 _TLS = threading.local()
@@ -84,18 +101,62 @@ def _array_model_init(self, dmm, fe_type):
     self.be_type = ir.MemRefType.get(list(memref.shape), memref.element_type, layout=layout)
 
 
-def _targets():
-    from numba_cuda_mlir import models
+def rebase_kernel_arguments(module) -> int:
+    """Re-base the memref arguments of every kernel (``gpu.func`` with ``kernel``) of the MLIR ``module`` at offset 0
+    (module docstring: offsets); returns how many. Call with numba-cuda-mlir's MLIR context entered."""
+    from numba_cuda_mlir._mlir import ir
+    from numba_cuda_mlir._mlir.dialects import arith, memref
 
-    return [("models.ArrayModel.__init__", models.ArrayModel, "__init__", _array_model_init)]
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    dyn_size = ir.ShapedType.get_dynamic_size()
+    n = 0
+    for gm in module.body.operations:
+        if gm.operation.name != "gpu.module":
+            continue
+        for f in gm.regions[0].blocks[0].operations:
+            if f.operation.name != "gpu.func" or "kernel" not in f.attributes:
+                continue
+            entry = f.regions[0].blocks[0]
+            for a in entry.arguments:
+                if not isinstance(a.type, ir.MemRefType):
+                    continue
+                t = ir.MemRefType(a.type)
+                strides, _ = t.get_strides_and_offset()
+                with ir.InsertionPoint.at_block_begin(entry), f.location:
+                    md = memref.ExtractStridedMetadataOp(a)
+                    zero = arith.constant(ir.IndexType.get(), 0)
+                    sizes = [md.sizes[i] for i, d in enumerate(t.shape) if d == dyn_size]
+                    dyn_strides = [md.strides[i] for i, st in enumerate(strides) if st == dyn]
+                    based = memref.reinterpret_cast(t, md.base_buffer, [zero], sizes, dyn_strides, [dyn],
+                                                    list(t.shape), list(strides))
+                a.replace_all_uses_except(based, md.operation)
+                n += 1
+    return n
+
+
+def _optimize(cres):
+    """``mlir_optimization.optimize``, after ``rebase_kernel_arguments`` inside ``active()``."""
+    if _on():
+        from numba_cuda_mlir import mlir_optimization
+
+        with mlir_optimization.context.get_context():
+            rebase_kernel_arguments(cres.metadata["mlir_module"])
+    return _ORIGINAL["optimize"](cres)
+
+
+def _targets():
+    from numba_cuda_mlir import mlir_optimization, models
+
+    return [("models.ArrayModel.__init__", models.ArrayModel, "__init__", _array_model_init),
+            ("mlir_optimization.optimize", mlir_optimization, "optimize", _optimize)]
 
 
 def install() -> bool:
-    """Put the replacement in place if ``ArrayModel.__init__`` is the one this module was written against; True when
-    it is. Idempotent and thread-safe; ``status()`` says why not."""
+    """Put the replacements in place if ``ArrayModel.__init__`` and ``mlir_optimization.optimize`` are the ones this
+    module was written against; True when they are. Idempotent and thread-safe; ``status()`` says why not."""
     return mlir_fix.install_replacements(_state, _LOCK, _targets, KNOWN_SOURCE_SHA256, _ORIGINAL)
 
 
 def status() -> str:
-    """Whether ``install`` put the replacement in place, and why (not)."""
+    """Whether ``install`` put the replacements in place, and why (not)."""
     return _state["reason"]
