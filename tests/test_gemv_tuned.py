@@ -65,8 +65,9 @@ def test_a_numba_cuda_mlir_table_is_a_fit_of_known_keys(path, monkeypatch):
     for bits, N, K, bs, mc, tag in _rows_of(data):
         assert T.Tactic.parse(tag).tag == tag and (bits, N, K, bs, mc) in base
         assert TT.tuned_table(bits, gpu, compiler="mlir")[(N, K, bs, mc)] == tag
-    for src in data["sources"].values():
-        assert (ROOT / src / "sweep_gemv_m1.csv").is_file(), src
+    for src in data["sources"].values():  # a key-by-key merge names each sweep (``gemv_tuned.merge_tuned``)
+        for part in src.split(" + "):
+            assert (ROOT / part / "sweep_gemv_m1.csv").is_file(), src
     import numba_nbits.backend as B
 
     monkeypatch.setattr(B, "compiler", lambda: "mlir")  # a process whose kernels numba-cuda-mlir builds
@@ -199,8 +200,9 @@ def test_each_gpus_table_is_served_to_that_gpu(path, monkeypatch):
     assert data["gpu"] == gpu != TT.DEFAULT_GPU and data["kernel_version"] == TT.KERNEL_VERSION
     assert data["columns"] == ["N", "K", "block_size", "m_class", "tactic"]
     assert set(data["sources"]) == set(data["tables"])
-    for src in data["sources"].values():  # the sweep's CSV (``sweep_gemv_m1.csv``, ``_w8`` / ``_w2`` for 8 / 2 bits)
-        assert list((ROOT / src).glob("sweep_gemv_m1*.csv")), src
+    for src in data["sources"].values():  # the sweep's CSV (``sweep_gemv_m1.csv``, ``_w8`` / ``_w2`` for 8 / 2 bits);
+        for part in src.split(" + "):  # a key-by-key merge names each sweep (``gemv_tuned.merge_tuned``)
+            assert list((ROOT / part).glob("sweep_gemv_m1*.csv")), src
     rows = _rows_of(data)
     assert rows
     for bits, N, K, bs, mc, tag in rows:
