@@ -25,8 +25,8 @@ at offset 0, same sizes, strides and type, so the offset parameter is never read
 i * itemsize``, as numba-cuda's. Views made inside a kernel (``x[3:]``) keep their own offsets, computed from the
 re-based argument. In the tensor-core GEMV that offset was one more 64-bit add per activation load and two more
 live 64-bit values, enough for ptxas to issue one of a stage's activation loads after the first MMA pair
-(``benchmarks/results/2026-12-07-h200-mlir``). Device functions keep their memref parameters as they are (a caller
-may pass them a view); once inlined into a kernel they see its re-based arguments.
+(``benchmarks/results/2026-12-07-h100-mlir-offset``). Device functions keep their memref parameters as they are (a
+caller may pass them a view); once inlined into a kernel they see its re-based arguments.
 
 numba-cuda-mlir keeps one data-model cache for every compile, so ``active()`` holds its compiler lock and empties that
 cache as the outermost block is entered and left: a model made inside is never handed to a compile outside (a

@@ -85,14 +85,14 @@ slots, offsets, n = [], [], 0
 for t in k.argtypes:
     if isinstance(t, types.Array):
         slots.append((t.layout, n + 3 + 2 * t.ndim - 1))  # its innermost stride
-        offsets.append((t.layout, n + 2))
+        offsets.append(n + 2)  # its offset
         n += 3 + 2 * t.ndim
     else:
         n += 1
 for tag, inside in (("gemv_outside", False), ("gemv_inside", True)):
     text = ptx(k.pyfunc, k.argtypes, inside, k.options)
     print(tag, len(slots), sum(reads(text, i) for layout, i in slots if layout == "C"),
-          sum(reads(text, offset) for _, offset in offsets), flush=True)
+          sum(reads(text, i) for i in offsets), flush=True)
 '''
 
 
