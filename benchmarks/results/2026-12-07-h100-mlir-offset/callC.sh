@@ -2,7 +2,7 @@
 # device call C (carry .mlir/part1, right after A and B): numba-cuda-mlir installed; the tensor-core GEMV tactic sweep of
 # the quick perf set's cases (4-bit fp16, blocks 32 / 128, M 1 / 16) with --variants (n / o forms) under each compiler,
 # each fit merged key by key into that compiler's table of this GPU; both tables kept in /tmp/tables for calls D and E
-D=benchmarks/results/2026-12-07-h100-mlir-offset; source $D/common.sh; install_mlir || exit 1; echo "gpu=$GPU $(date +%T)"
+source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh; install_mlir || exit 1; echo "gpu=$GPU $(date +%T)"
 mkdir -p /tmp/tables
 for b in mlir numba; do
   pp=$PN; TB=numba_nbits/kernels/gemv/tuned/$GPU-v2.json

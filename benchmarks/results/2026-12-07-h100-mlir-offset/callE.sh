@@ -1,7 +1,7 @@
 #!/bin/bash
 # device call E (after D, same machine): both refitted tables in place; backend_compare of the quick perf set's default
 # calls, both orders of the two compilers' worker processes
-D=benchmarks/results/2026-12-07-h100-mlir-offset; source $D/common.sh; cp /tmp/tables/*.json numba_nbits/kernels/gemv/tuned/ || exit 1
+source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh; cp /tmp/tables/*.json numba_nbits/kernels/gemv/tuned/ || exit 1
 i=0
 for order in numba,mlir mlir,numba; do
   i=$((i+1))

@@ -2,7 +2,7 @@
 # device call F (carry .mlir/part1, right after A and B on a fresh machine): numba-cuda-mlir installed; the perf
 # harness's GPU time per node (one quick case, default call, the tables as shipped) of the two 28672x8192 keys that
 # stayed > 2% slower under numba-cuda-mlir (../2026-12-07-gpu-wide-prepass), numba-cuda then numba-cuda-mlir
-D=benchmarks/results/2026-12-07-h100-mlir-offset; source $D/common.sh; install_mlir || exit 1; echo "gpu=$GPU $(date +%T)"
+source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh; install_mlir || exit 1; echo "gpu=$GPU $(date +%T)"
 perf() {  # BACKEND SHAPE BLOCK M: the default route's GPU time per node (us) of the correct row, and its tactic's log line
   local pp=$PN; [ $1 = mlir ] && pp=$PM; local O=/tmp/pk_$1_$2_b$3_m$4
   env PYTHONPATH=$pp NUMBA_NBITS_BACKEND=$1 timeout 40 python3 -m numba_nbits.perf --shapes $2 --M $4 --block-sizes $3 \
