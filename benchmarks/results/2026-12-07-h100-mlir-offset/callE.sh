@@ -2,11 +2,4 @@
 # device call E (after D, same machine): both refitted tables in place; backend_compare of the quick perf set's default
 # calls, both orders of the two compilers' worker processes
 source benchmarks/results/2026-12-07-gpu-wide-prepass/common.sh; cp /tmp/tables/*.json numba_nbits/kernels/gemv/tuned/ || exit 1
-i=0
-for order in numba,mlir mlir,numba; do
-  i=$((i+1))
-  OUT=/tmp/bc$i timeout 270 python3 -m benchmarks.backend_compare --budget-s 100 --routes auto --backends $order \
-    --path numba=/tmp/site:/tmp/site_mlir --path mlir=/tmp/site_mlir > $OUT/bc$i.log 2>&1
-  echo "bc $order rc=$? $(date +%T)"; cp /tmp/bc$i/routes.csv $OUT/routes$i.csv; cp /tmp/bc$i/compile.csv $OUT/compile$i.csv
-  tail -6 $OUT/bc$i.log
-done
+compare_both 270
